@@ -1,0 +1,117 @@
+// The cluster's concurrency limit: how many requests levee lets be in flight
+// to a cluster at once. Static, or adaptive from observed latency.
+//
+// The adaptive limit is a Vegas-style controller. Its reasoning: for a
+// backend with N workers and service time S, requests in flight L <= N see
+// latency S, and L > N see S * L / N because the excess queues inside the
+// backend. So with RTT_noload the latency with no backend queue and RTT the
+// latency observed at limit L, the backend's own queue is
+//     queue = L * (1 - RTT_noload / RTT)         (= L - N when L > N)
+// and L * RTT_noload / RTT estimates N. Each measurement window (at least
+// `min_window` long and `min_samples` samples) the controller:
+//   - if queue > beta*L: moves half way to N + headroom (the estimate);
+//   - if queue < alpha*L and the limit was actually used: grows by sqrt(L);
+//   - otherwise holds.
+// Service times vary, so window averages are noisy; noise must not read as
+// queueing (which would pin the limit low and starve the backend). The
+// controller tracks the spread of window averages and never decreases on a
+// queue estimate within three standard errors of zero: it errs towards a
+// slightly longer backend queue rather than idle backend workers.
+// Averages over a window, not single samples, and a smoothed average across
+// windows make RTT robust to service-time variance. RTT_noload comes from
+// probes: every `probe_interval` the limit is halved, which drains the
+// backend's own queue, and the mean latency of the requests started during
+// the probe is the no-load latency (the idea of BBR's ProbeRTT; about 1% of
+// capacity at the defaults). The probe waits for every request it started
+// to complete: closing it on a sample count would over-represent short
+// requests and bias the estimate low. Until the first probe the first
+// window (at the small initial limit) stands in. A running minimum over
+// windows would be biased low by lucky windows, and would never be
+// refreshed if the backend's base latency rose under sustained overload.
+// Gradient-style limits that track a long-term average RTT instead drift
+// upwards exactly when overload is sustained, which is levee's normal case.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/time.hpp"
+
+namespace levee::core {
+
+struct AdaptiveLimitConfig {
+  std::uint32_t min = 4;
+  std::uint32_t max = 1000;
+  std::uint32_t initial = 20;
+  Duration min_window = std::chrono::milliseconds(100);
+  std::uint32_t min_samples = 50;
+  /// Target backend queue, as a fraction of the limit: alpha..beta. beta
+  /// widens to three standard errors of the RTT average when it is noisy.
+  double alpha = 0.05;
+  double beta = 0.20;
+  Duration probe_interval = std::chrono::seconds(10);
+};
+
+struct ConcurrencyLimitConfig {
+  bool adaptive = false;
+  std::uint32_t static_limit = 64;
+  AdaptiveLimitConfig adaptive_cfg{};
+};
+
+class ConcurrencyLimit {
+ public:
+  explicit ConcurrencyLimit(ConcurrencyLimitConfig cfg = {}) noexcept;
+
+  /// The limit in force now (halved while probing).
+  std::uint32_t limit() const noexcept { return probing_ ? probe_limit() : limit_; }
+  /// The limit outside probe windows.
+  std::uint32_t base_limit() const noexcept { return limit_; }
+  bool adaptive() const noexcept { return cfg_.adaptive; }
+  bool probing() const noexcept { return probing_; }
+
+  /// A request was granted a permit (started).
+  void on_start(TimePoint now) noexcept;
+
+  /// One completed request: its round-trip latency and the in-flight count
+  /// when it started. dropped: the backend rejected it for overload or it
+  /// timed out (treated as a strong congestion signal).
+  void on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped) noexcept;
+
+  double noload_rtt_seconds() const noexcept { return noload_; }
+
+ private:
+  std::uint32_t probe_limit() const noexcept {
+    return std::max(cfg_.adaptive_cfg.min, limit_ / 2);
+  }
+  void end_window(TimePoint now) noexcept;
+  void start_probe(TimePoint now) noexcept;
+  void finish_probe(TimePoint now) noexcept;
+
+  ConcurrencyLimitConfig cfg_;
+  std::uint32_t limit_;
+  // current window
+  TimePoint window_start_{};
+  bool window_open_ = false;
+  double rtt_sum_ = 0;
+  std::uint32_t samples_ = 0;
+  std::uint32_t max_inflight_ = 0;
+  std::uint32_t drops_ = 0;
+  // estimates
+  double noload_ = std::numeric_limits<double>::infinity();
+  double smoothed_ = 0;  // RTT averaged across windows
+  double variance_ = 0;  // of window averages around smoothed_
+  bool probed_ = false;
+  TimePoint last_probe_{};
+  bool probing_ = false;
+  // the probe in progress
+  TimePoint probe_begin_{};
+  TimePoint probe_close_{};  // starts after this are not part of the probe
+  bool probe_closed_ = false;
+  std::uint32_t probe_started_ = 0;
+  std::uint32_t probe_done_ = 0;
+  double probe_sum_ = 0;
+};
+
+}  // namespace levee::core

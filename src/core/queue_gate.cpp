@@ -1,0 +1,132 @@
+#include "core/queue_gate.hpp"
+
+#include <algorithm>
+
+namespace levee::core {
+
+QueueGate::QueueGate(QueueConfig q, ConcurrencyLimitConfig l)
+    : cfg_(q),
+      limit_(l),
+      nodes_(std::max<std::uint32_t>(1, q.max)),
+      queue_time_(q.codel_interval * 10),
+      departures_(q.drain_window, 10) {
+  // Thread the free list through the slab once; nothing allocates after this.
+  for (std::uint32_t i = 0; i + 1 < nodes_.size(); ++i) nodes_[i].next = i + 1;
+  nodes_.back().next = kNil;
+  free_ = 0;
+}
+
+std::uint32_t QueueGate::push(TimePoint now, Criticality c, TimePoint deadline,
+                              std::uint64_t cookie) {
+  std::uint32_t i = free_;
+  Node& n = nodes_[i];
+  free_ = n.next;
+  n.enqueued = now;
+  n.deadline = deadline;
+  n.expires = std::min(deadline, now + cfg_.target);
+  n.cookie = cookie;
+  n.crit = c;
+  n.queued = true;
+  ++n.gen;
+  if (n.gen == 0) n.gen = 1;  // ticket 0 means "no ticket"
+  List& l = lists_[index(c)];
+  n.prev = l.tail;
+  n.next = kNil;
+  if (l.tail != kNil) nodes_[l.tail].next = i; else l.head = i;
+  l.tail = i;
+  ++l.size;
+  ++depth_;
+  return i;
+}
+
+void QueueGate::unlink(std::uint32_t i) noexcept {
+  Node& n = nodes_[i];
+  List& l = lists_[index(n.crit)];
+  if (n.prev != kNil) nodes_[n.prev].next = n.next; else l.head = n.next;
+  if (n.next != kNil) nodes_[n.next].prev = n.prev; else l.tail = n.prev;
+  --l.size;
+  --depth_;
+  n.queued = false;
+  n.prev = kNil;
+  n.next = free_;
+  free_ = i;
+  if (depth_ == 0) min_sojourn_ = Duration::zero();  // the queue drained
+}
+
+QueueGate::Wake QueueGate::drop(std::uint32_t i, TimePoint now) noexcept {
+  Node& n = nodes_[i];
+  Wake w{n.cookie, make_ticket(i, n.gen), false, {}, now - n.enqueued};
+  w.decision = n.deadline <= now
+                   ? Decision::reject(Reason::Deadline, Duration::zero())
+                   : Decision::reject(Reason::QueueTimeout, estimate_wait(now, depth_));
+  unlink(i);
+  return w;
+}
+
+QueueGate::Wake QueueGate::grant(std::uint32_t i, TimePoint now) noexcept {
+  Node& n = nodes_[i];
+  Wake w{n.cookie, make_ticket(i, n.gen), true, Decision::admit(), now - n.enqueued};
+  unlink(i);
+  ++in_flight_;
+  note_grant(now, w.waited);
+  return w;
+}
+
+bool QueueGate::cancel(Ticket t, TimePoint now) noexcept {
+  auto i = static_cast<std::uint32_t>(t & 0xffffffffu);
+  auto gen = static_cast<std::uint32_t>(t >> 32);
+  if (t == kNoTicket || i >= nodes_.size()) return false;
+  Node& n = nodes_[i];
+  if (!n.queued || n.gen != gen) return false;
+  (void)now;
+  unlink(i);
+  return true;
+}
+
+TimePoint QueueGate::next_expiry() const noexcept {
+  TimePoint t = TimePoint::max();
+  for (const auto& l : lists_) {
+    for (std::uint32_t i = l.head; i != kNil; i = nodes_[i].next) t = std::min(t, nodes_[i].expires);
+  }
+  return t;
+}
+
+void QueueGate::note_grant(TimePoint now, Duration sojourn) noexcept {
+  limit_.on_start(now);
+  min_sojourn_ = std::min(min_sojourn_, sojourn);
+  queue_time_.update(now, to_seconds(sojourn));
+}
+
+void QueueGate::roll_codel(TimePoint now) noexcept {
+  if (interval_start_ == TimePoint{}) {
+    interval_start_ = now;
+    min_sojourn_ = depth_ == 0 ? Duration::zero() : Duration::max();
+    return;
+  }
+  if (now - interval_start_ < cfg_.codel_interval) return;
+  // Nothing left the queue all interval while it held entries: min stays max,
+  // which is above any target, i.e. a standing queue.
+  overloaded_ = min_sojourn_ > cfg_.codel_target;
+  interval_start_ = now;
+  min_sojourn_ = depth_ == 0 ? Duration::zero() : Duration::max();
+}
+
+double QueueGate::drain_rate(TimePoint now) noexcept {
+  double n = departures_.sum(now, 0);
+  if (n >= 10) return n / to_seconds(departures_.span(now));
+  // Too few departures to measure: Little's law on the current limit.
+  if (latency_.initialized() && latency_.value() > 0) {
+    return static_cast<double>(std::max<std::uint32_t>(1, limit_.limit())) / latency_.value();
+  }
+  return 0.0;
+}
+
+Duration QueueGate::estimate_wait(TimePoint now, std::uint32_t ahead) noexcept {
+  if (ahead == 0) return Duration::zero();
+  double rate = drain_rate(now);
+  // No measurement yet: let it queue; the target and deadline still bound it.
+  if (rate <= 0) return Duration::zero();
+  return from_seconds(static_cast<double>(ahead) / rate);
+}
+
+}  // namespace levee::core

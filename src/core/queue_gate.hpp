@@ -1,0 +1,248 @@
+// Gate 4, the queue-time gate: a cluster's concurrency limit with a bounded
+// priority queue in front of it.
+//
+//  * At most limit() requests are in flight; the rest wait, most critical
+//    first, FIFO within a criticality.
+//  * On arrival the wait is estimated as (entries served before this one) /
+//    (smoothed drain rate). If that exceeds the request's remaining deadline
+//    or the queue-time target, the request is rejected at once (503 +
+//    Retry-After), instead of rotting in the queue and failing later.
+//  * A full queue makes room for a more critical arrival by evicting the
+//    newest entry of the least critical class below it.
+//  * CoDel-style overload detection: if the minimum time spent queued over
+//    an interval (default 100 ms) stays above a target (default 5 ms), the
+//    queue is "standing": the cluster is overloaded. Optionally the queue
+//    then serves newest-first within a class (adaptive LIFO), so fresh
+//    requests meet their deadlines while stale ones age out.
+//  * An entry whose deadline or queue-time target passes is dropped and
+//    never granted; a cancelled entry (client gone) leaves at once.
+//  * The smoothed queuing time is exported as the cluster's overload signal.
+//
+// Entries live in a slab allocated once, linked per criticality, so enqueue,
+// dequeue and cancel are O(1) and never allocate. Tickets carry a generation
+// so a stale ticket can never cancel a reused slot.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/concurrency_limit.hpp"
+#include "core/criticality.hpp"
+#include "core/decision.hpp"
+#include "core/ewma.hpp"
+#include "core/window.hpp"
+
+namespace levee::core {
+
+struct QueueConfig {
+  std::uint32_t max = 1024;
+  Duration target = std::chrono::milliseconds(50);
+  Duration codel_target = std::chrono::milliseconds(5);
+  Duration codel_interval = std::chrono::milliseconds(100);
+  bool lifo_on_overload = false;
+  Duration drain_window = std::chrono::seconds(1);
+};
+
+class QueueGate {
+ public:
+  using Ticket = std::uint64_t;
+  static constexpr Ticket kNoTicket = 0;
+
+  enum class Outcome : std::uint8_t { Granted, Queued, Rejected };
+
+  struct Arrival {
+    Outcome outcome;
+    Ticket ticket = kNoTicket;
+    Decision decision{};
+    Duration estimated_wait{};
+  };
+
+  /// What a sink receives for a queued entry that leaves the queue.
+  struct Wake {
+    std::uint64_t cookie;
+    Ticket ticket;
+    bool granted;
+    Decision decision;  ///< the rejection when !granted
+    Duration waited;
+  };
+
+  /// A latency sample returned with a permit.
+  struct Sample {
+    Duration rtt;
+    std::uint32_t inflight_at_start;
+    bool dropped;  ///< backend overload answer or timeout
+  };
+
+  QueueGate(QueueConfig q, ConcurrencyLimitConfig l);
+
+  /// A request arrives. Granted: it holds a permit now. Queued: wait for a
+  /// Wake with its ticket. Rejected: answer with decision. Queued entries
+  /// that leave because of this arrival (evicted, or granted a free slot)
+  /// are reported to sink.
+  template <typename Sink>
+  Arrival arrive(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie,
+                 Sink&& sink);
+
+  /// Returns a permit; sample is null when the request never reached a backend.
+  template <typename Sink>
+  void release(TimePoint now, const Sample* sample, Sink&& sink);
+
+  /// Grants free slots to waiting entries and drops expired ones.
+  template <typename Sink>
+  void pump(TimePoint now, Sink&& sink);
+
+  /// Removes a queued entry. Returns false if it is no longer queued (it was
+  /// granted, dropped or never existed): if it was granted, its Wake is on
+  /// its way and the caller will hold a permit it must release.
+  bool cancel(Ticket t, TimePoint now) noexcept;
+
+  /// Earliest time at which a queued entry expires (max() when empty).
+  TimePoint next_expiry() const noexcept;
+
+  // --- observability -------------------------------------------------------
+  std::uint32_t in_flight() const noexcept { return in_flight_; }
+  std::uint32_t depth() const noexcept { return depth_; }
+  std::uint32_t depth(Criticality c) const noexcept { return lists_[index(c)].size; }
+  std::uint32_t limit() const noexcept { return limit_.limit(); }
+  bool overloaded() const noexcept { return overloaded_; }
+  bool lifo() const noexcept { return cfg_.lifo_on_overload && overloaded_; }
+  /// Smoothed time spent queued by granted requests (0 for direct grants).
+  Duration queue_time() const noexcept { return from_seconds(queue_time_.value()); }
+  /// Permits returned per second, smoothed.
+  double drain_rate(TimePoint now) noexcept;
+  const ConcurrencyLimit& limiter() const noexcept { return limit_; }
+  const QueueConfig& config() const noexcept { return cfg_; }
+
+ private:
+  static constexpr std::uint32_t kNil = std::numeric_limits<std::uint32_t>::max();
+
+  struct Node {
+    TimePoint enqueued{};
+    TimePoint expires{};
+    TimePoint deadline{};
+    std::uint64_t cookie = 0;
+    std::uint32_t prev = kNil;
+    std::uint32_t next = kNil;
+    std::uint32_t gen = 0;
+    Criticality crit = Criticality::Sheddable;
+    bool queued = false;
+  };
+  struct List {
+    std::uint32_t head = kNil;
+    std::uint32_t tail = kNil;
+    std::uint32_t size = 0;
+  };
+
+  static Ticket make_ticket(std::uint32_t idx, std::uint32_t gen) noexcept {
+    return (static_cast<Ticket>(gen) << 32) | idx;
+  }
+  std::uint32_t push(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie);
+  void unlink(std::uint32_t i) noexcept;
+  void roll_codel(TimePoint now) noexcept;
+  void note_grant(TimePoint now, Duration sojourn) noexcept;
+  Wake drop(std::uint32_t i, TimePoint now) noexcept;
+  Wake grant(std::uint32_t i, TimePoint now) noexcept;
+  Duration estimate_wait(TimePoint now, std::uint32_t ahead) noexcept;
+
+  QueueConfig cfg_;
+  ConcurrencyLimit limit_;
+  std::uint32_t in_flight_ = 0;
+  std::uint32_t depth_ = 0;
+  std::vector<Node> nodes_;
+  std::uint32_t free_ = kNil;
+  std::array<List, kCriticalityCount> lists_{};
+
+  // CoDel
+  TimePoint interval_start_{};
+  Duration min_sojourn_ = Duration::max();
+  bool overloaded_ = false;
+
+  Ewma queue_time_;
+  Ewma latency_;
+  SlidingWindow<1> departures_;
+};
+
+// ---------------------------------------------------------------------------
+
+template <typename Sink>
+QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint deadline,
+                                     std::uint64_t cookie, Sink&& sink) {
+  pump(now, sink);
+  if (deadline <= now) {
+    return {Outcome::Rejected, kNoTicket, Decision::reject(Reason::Deadline, Duration::zero()), {}};
+  }
+  if (in_flight_ < limit_.limit()) {
+    // pump() left free slots only if the queue is empty.
+    ++in_flight_;
+    note_grant(now, Duration::zero());
+    return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero()};
+  }
+  std::uint32_t ahead = 0;
+  for (std::size_t k = index(c) + 1; k < kCriticalityCount; ++k) ahead += lists_[k].size;
+  if (!lifo()) ahead += lists_[index(c)].size;
+  const Duration wait = estimate_wait(now, ahead);
+  const Duration budget = std::min(cfg_.target, deadline - now);
+  if (wait > budget) {
+    // Retry once the queue in front has drained.
+    Duration drain = estimate_wait(now, depth_);
+    return {Outcome::Rejected, kNoTicket, Decision::reject(Reason::QueueWait, drain), wait};
+  }
+  if (depth_ >= cfg_.max) {
+    // Evict the newest entry of the least critical class below c, if any.
+    std::uint32_t victim = kNil;
+    for (std::size_t k = 0; k < index(c); ++k) {
+      if (lists_[k].size > 0) {
+        victim = lists_[k].tail;
+        break;
+      }
+    }
+    if (victim == kNil) {
+      Duration drain = estimate_wait(now, depth_);
+      return {Outcome::Rejected, kNoTicket, Decision::reject(Reason::QueueFull, drain), wait};
+    }
+    Wake w = drop(victim, now);
+    w.decision = Decision::reject(Reason::QueueFull, estimate_wait(now, depth_));
+    sink(w);
+  }
+  std::uint32_t i = push(now, c, deadline, cookie);
+  return {Outcome::Queued, make_ticket(i, nodes_[i].gen), Decision::admit(), wait};
+}
+
+template <typename Sink>
+void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
+  if (in_flight_ > 0) --in_flight_;
+  departures_.add(now, 0, 1.0);
+  if (sample != nullptr) {
+    latency_.update_weighted(to_seconds(sample->rtt), 0.05);
+    limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped);
+  }
+  pump(now, sink);
+}
+
+template <typename Sink>
+void QueueGate::pump(TimePoint now, Sink&& sink) {
+  roll_codel(now);
+  if (depth_ == 0) return;
+  // Drop entries that expired at the old end of each class. (Entries with an
+  // earlier personal deadline further in are cancelled by their own timer,
+  // and are never granted: see below.)
+  for (auto& l : lists_) {
+    while (l.head != kNil && nodes_[l.head].expires <= now) sink(drop(l.head, now));
+  }
+  const bool newest_first = lifo();
+  while (in_flight_ < limit_.limit() && depth_ > 0) {
+    std::size_t k = kCriticalityCount;
+    while (k > 0 && lists_[k - 1].size == 0) --k;
+    List& l = lists_[k - 1];
+    std::uint32_t i = newest_first ? l.tail : l.head;
+    if (nodes_[i].expires <= now) {
+      sink(drop(i, now));
+      continue;
+    }
+    sink(grant(i, now));
+  }
+}
+
+}  // namespace levee::core

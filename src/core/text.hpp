@@ -1,0 +1,53 @@
+// Small allocation-free string helpers shared by header and config parsing.
+#pragma once
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace levee::core {
+
+constexpr char ascii_lower(char c) noexcept {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+constexpr bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return false;
+  }
+  return true;
+}
+
+constexpr bool is_space(char c) noexcept { return c == ' ' || c == '\t'; }
+
+constexpr std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+/// Parses a whole string as an unsigned decimal; rejects signs, spaces inside and overflow.
+inline std::optional<std::uint64_t> parse_u64(std::string_view s) noexcept {
+  if (s.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+/// Calls f(token) for each comma-separated token, trimmed, skipping empty ones.
+template <typename F>
+constexpr void for_each_token(std::string_view list, F&& f) {
+  while (!list.empty()) {
+    auto comma = list.find(',');
+    auto tok = trim(list.substr(0, comma));
+    if (!tok.empty()) f(tok);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace levee::core

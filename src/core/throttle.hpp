@@ -1,0 +1,64 @@
+// Gate 2, adaptive throttling (SRE book, "Handling Overload"): levee as a
+// client of each cluster keeps, per criticality and over a trailing window
+// (default 2 minutes),
+//   requests: attempts made by the layer above the throttle (including the
+//             ones this throttle rejects locally), and
+//   accepts:  attempts the backend accepted (did not reject for overload).
+// A new request is rejected locally with probability
+//   p = max(0, (requests - K * accepts) / (requests + 1)).
+// With K = 2 the backend keeps seeing up to twice the traffic it accepts,
+// enough to notice recovery quickly, while the rest fails locally for free.
+#pragma once
+
+#include <algorithm>
+
+#include "core/criticality.hpp"
+#include "core/decision.hpp"
+#include "core/window.hpp"
+
+namespace levee::core {
+
+struct ThrottleConfig {
+  double k = 2.0;
+  Duration window = std::chrono::minutes(2);
+  std::size_t buckets = 60;
+  Duration retry_after = std::chrono::seconds(1);
+};
+
+class AdaptiveThrottle {
+ public:
+  explicit AdaptiveThrottle(ThrottleConfig cfg = {})
+      : cfg_(cfg), requests_(cfg.window, cfg.buckets), accepts_(cfg.window, cfg.buckets) {}
+
+  /// The current local rejection probability for criticality c.
+  double probability(Criticality c, TimePoint now) noexcept {
+    double req = requests_.sum(now, index(c));
+    double acc = accepts_.sum(now, index(c));
+    return std::max(0.0, (req - cfg_.k * acc) / (req + 1.0));
+  }
+
+  /// Counts the request and decides with the injected uniform draw u in [0,1).
+  Decision admit(Criticality c, TimePoint now, double u) noexcept {
+    double p = probability(c, now);
+    requests_.add(now, index(c), 1.0);
+    if (u < p) return Decision::reject(Reason::Throttle, cfg_.retry_after, /*no_retry=*/true);
+    return Decision::admit();
+  }
+
+  /// Called for every request that reached the backend: accepted unless the
+  /// backend rejected it for overload (429/503 or an overload marker).
+  void on_response(Criticality c, TimePoint now, bool accepted) noexcept {
+    if (accepted) accepts_.add(now, index(c), 1.0);
+  }
+
+  double requests(Criticality c, TimePoint now) noexcept { return requests_.sum(now, index(c)); }
+  double accepts(Criticality c, TimePoint now) noexcept { return accepts_.sum(now, index(c)); }
+  const ThrottleConfig& config() const noexcept { return cfg_; }
+
+ private:
+  ThrottleConfig cfg_;
+  SlidingWindow<kCriticalityCount> requests_;
+  SlidingWindow<kCriticalityCount> accepts_;
+};
+
+}  // namespace levee::core

@@ -1,0 +1,64 @@
+// A discrete-event model of a naive fixed-capacity backend: N workers, an
+// unbounded FIFO in front of them, service times from a distribution. Used
+// to check that the adaptive concurrency limit finds the backend's capacity.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <queue>
+#include <vector>
+
+#include "sim_time.hpp"
+
+namespace levee::test {
+
+struct BackendModel {
+  struct Done {
+    TimePoint at;
+    TimePoint sent;
+    std::uint32_t inflight_at_start;
+    bool operator>(const Done& o) const { return at > o.at; }
+  };
+
+  BackendModel(int workers, std::function<Duration()> service) : free(workers), service_(std::move(service)) {}
+
+  void submit(TimePoint now, std::uint32_t inflight) {
+    if (free > 0) {
+      --free;
+      start(now, now, inflight);
+    } else {
+      waiting.push_back({now, inflight});
+    }
+  }
+
+  /// Pops the next completion (caller advances its clock to it).
+  Done next() {
+    Done d = events.top();
+    events.pop();
+    if (!waiting.empty()) {
+      auto [sent, inf] = waiting.front();
+      waiting.pop_front();
+      start(d.at, sent, inf);
+    } else {
+      ++free;
+    }
+    return d;
+  }
+
+  bool idle() const { return events.empty(); }
+
+  int free;
+  std::deque<std::pair<TimePoint, std::uint32_t>> waiting;
+  std::priority_queue<Done, std::vector<Done>, std::greater<>> events;
+  Duration served_work{};
+
+ private:
+  void start(TimePoint now, TimePoint sent, std::uint32_t inflight) {
+    Duration s = service_();
+    served_work += s;
+    events.push({now + s, sent, inflight});
+  }
+  std::function<Duration()> service_;
+};
+
+}  // namespace levee::test

@@ -1,0 +1,124 @@
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "backend_model.hpp"
+#include "core/concurrency_limit.hpp"
+#include "core/queue_gate.hpp"
+#include "sim_time.hpp"
+
+using namespace levee::core;
+using namespace levee::test;
+
+namespace {
+
+struct Result {
+  std::uint32_t final_limit;
+  double min_limit_late;
+  double max_limit_late;
+};
+
+// Saturating demand: whenever the limit has room, a request is sent.
+Result run(int workers, std::function<Duration()> service, Duration total) {
+  ConcurrencyLimitConfig cfg;
+  cfg.adaptive = true;
+  cfg.adaptive_cfg.initial = 5;
+  ConcurrencyLimit lim(cfg);
+  BackendModel be(workers, std::move(service));
+  SimClock clk;
+  std::uint32_t inflight = 0;
+  Result r{0, 1e9, 0};
+  TimePoint half = TimePoint{total / 2};
+  for (;;) {
+    while (inflight < lim.limit()) {
+      ++inflight;
+      be.submit(clk.now, inflight);
+      lim.on_start(clk.now);
+    }
+    auto d = be.next();
+    clk.now = d.at;
+    if (clk.now >= TimePoint{total}) break;
+    --inflight;
+    lim.on_sample(clk.now, d.at - d.sent, d.inflight_at_start, false);
+    if (clk.now >= half) {
+      r.min_limit_late = std::min<double>(r.min_limit_late, lim.base_limit());
+      r.max_limit_late = std::max<double>(r.max_limit_late, lim.base_limit());
+    }
+  }
+  r.final_limit = lim.base_limit();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("static limit never moves", "[limit]") {
+  ConcurrencyLimit lim({false, 32, {}});
+  SimClock clk;
+  for (int i = 0; i < 1000; ++i) {
+    clk.advance(1ms);
+    lim.on_sample(clk.now, 500ms, 32, true);
+  }
+  CHECK(lim.limit() == 32);
+}
+
+TEST_CASE("adaptive limit finds a fixed-capacity backend's worker count", "[limit][sim]") {
+  const int n = GENERATE(8, 32, 100);
+  auto r = run(n, [] { return Duration(10ms); }, 60s);
+  INFO("workers " << n << " final " << r.final_limit << " range " << r.min_limit_late << ".."
+                  << r.max_limit_late);
+  // Enough to keep every worker busy, not so much that the backend queue grows.
+  CHECK(r.final_limit >= static_cast<std::uint32_t>(n));
+  CHECK(r.final_limit <= static_cast<std::uint32_t>(n * 1.4 + 4));
+  // Outside the probe window it never falls below capacity.
+  CHECK(r.max_limit_late <= n * 1.4 + 4);
+}
+
+TEST_CASE("adaptive limit copes with variable service times", "[limit][sim]") {
+  Rng rng(3);
+  auto r = run(20, [&] { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(-std::log(1 - rng.u()) * 0.02)); }, 120s);
+  INFO("final " << r.final_limit);
+  CHECK(r.final_limit >= 20);
+  CHECK(r.final_limit <= 36);
+  CHECK(r.min_limit_late >= 20);  // never starves the backend outside probes
+}
+
+TEST_CASE("adaptive limit follows a backend that loses capacity", "[limit][sim]") {
+  ConcurrencyLimitConfig cfg;
+  cfg.adaptive = true;
+  ConcurrencyLimit lim(cfg);
+  SimClock clk;
+  // Phase 1: 40 workers x 10 ms. Phase 2: latency grows as if only 10 workers remain.
+  auto drive = [&](int workers, Duration total) {
+    BackendModel be(workers, [] { return Duration(10ms); });
+    std::uint32_t inflight = 0;
+    TimePoint end = clk.now + total;
+    while (clk.now < end) {
+      while (inflight < lim.limit()) {
+        be.submit(clk.now, ++inflight);
+        lim.on_start(clk.now);
+      }
+      auto d = be.next();
+      clk.now = d.at;
+      --inflight;
+      lim.on_sample(clk.now, d.at - d.sent, d.inflight_at_start, false);
+    }
+  };
+  drive(40, 30s);
+  CHECK(lim.base_limit() >= 40);
+  drive(10, 30s);
+  CHECK(lim.base_limit() >= 10);
+  CHECK(lim.base_limit() <= 18);
+}
+
+TEST_CASE("backend overload answers shrink the adaptive limit", "[limit]") {
+  ConcurrencyLimitConfig cfg;
+  cfg.adaptive = true;
+  cfg.adaptive_cfg.initial = 100;
+  ConcurrencyLimit lim(cfg);
+  SimClock clk;
+  for (int i = 0; i < 2000; ++i) {
+    clk.advance(1ms);
+    lim.on_sample(clk.now, 10ms, 100, true);
+  }
+  CHECK(lim.limit() < 50);
+  CHECK(lim.limit() >= cfg.adaptive_cfg.min);
+}

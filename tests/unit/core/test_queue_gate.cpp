@@ -1,0 +1,277 @@
+#include <catch2/catch_test_macros.hpp>
+#include <map>
+#include <vector>
+
+#include "core/queue_gate.hpp"
+#include "sim_time.hpp"
+
+using namespace levee::core;
+using namespace levee::test;
+using Outcome = QueueGate::Outcome;
+
+namespace {
+
+struct Collect {
+  std::vector<QueueGate::Wake> wakes;
+  void operator()(const QueueGate::Wake& w) { wakes.push_back(w); }
+};
+
+ConcurrencyLimitConfig static_limit(std::uint32_t n) {
+  ConcurrencyLimitConfig c;
+  c.static_limit = n;
+  return c;
+}
+
+const TimePoint kFar = TimePoint::max();
+
+}  // namespace
+
+TEST_CASE("requests under the limit are granted at once", "[queue]") {
+  QueueGate g({}, static_limit(2));
+  SimClock clk;
+  Collect s;
+  CHECK(g.arrive(clk.now, Criticality::Critical, kFar, 1, s).outcome == Outcome::Granted);
+  CHECK(g.arrive(clk.now, Criticality::Critical, kFar, 2, s).outcome == Outcome::Granted);
+  CHECK(g.in_flight() == 2);
+  auto a = g.arrive(clk.now, Criticality::Critical, kFar, 3, s);
+  CHECK(a.outcome == Outcome::Queued);
+  CHECK(g.depth() == 1);
+  g.release(clk.now, nullptr, s);
+  REQUIRE(s.wakes.size() == 1);
+  CHECK(s.wakes[0].granted);
+  CHECK(s.wakes[0].cookie == 3);
+  CHECK(s.wakes[0].ticket == a.ticket);
+  CHECK(g.in_flight() == 2);
+}
+
+TEST_CASE("the queue serves most critical first, FIFO within a class", "[queue]") {
+  QueueGate g({}, static_limit(1));
+  SimClock clk;
+  Collect s;
+  g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  g.arrive(clk.now, Criticality::Sheddable, kFar, 1, s);
+  g.arrive(clk.now, Criticality::Critical, kFar, 2, s);
+  g.arrive(clk.now, Criticality::CriticalPlus, kFar, 3, s);
+  g.arrive(clk.now, Criticality::Critical, kFar, 4, s);
+  std::vector<std::uint64_t> order;
+  for (int i = 0; i < 4; ++i) {
+    s.wakes.clear();
+    g.release(clk.now, nullptr, s);
+    REQUIRE(s.wakes.size() == 1);
+    order.push_back(s.wakes[0].cookie);
+  }
+  CHECK(order == std::vector<std::uint64_t>{3, 2, 4, 1});
+}
+
+TEST_CASE("arrival is rejected at once when the estimated wait exceeds the target", "[queue]") {
+  QueueConfig qc;
+  qc.target = 50ms;
+  QueueGate g(qc, static_limit(10));
+  SimClock clk;
+  Collect s;
+  // Establish a drain rate of 1000/s: 10 in flight, each taking 10 ms.
+  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  for (int t = 0; t < 200; ++t) {
+    clk.advance(1ms);
+    QueueGate::Sample smp{10ms, 10, false};
+    g.release(clk.now, &smp, s);
+    g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  }
+  CHECK(g.drain_rate(clk.now) > 800);
+  CHECK(g.drain_rate(clk.now) < 1200);
+  // Fill the queue: about 50 entries fit in 50 ms at 1000/s.
+  int queued = 0;
+  QueueGate::Arrival last{};
+  for (int i = 0; i < 200; ++i) {
+    last = g.arrive(clk.now, Criticality::Sheddable, kFar, 100 + i, s);
+    if (last.outcome == Outcome::Queued) ++queued;
+    else break;
+  }
+  CHECK(queued >= 35);
+  CHECK(queued <= 65);
+  CHECK(last.outcome == Outcome::Rejected);
+  CHECK(last.decision.reason == Reason::QueueWait);
+  CHECK(last.decision.retry_after > 30ms);
+  // A CRITICAL_PLUS arrival only waits behind CRITICAL_PLUS: it still fits.
+  CHECK(g.arrive(clk.now, Criticality::CriticalPlus, kFar, 999, s).outcome == Outcome::Queued);
+  // A request whose own deadline is shorter than its wait is rejected too.
+  auto d = g.arrive(clk.now, Criticality::Critical, clk.now + 300us, 1000, s);
+  CHECK(d.outcome == Outcome::Rejected);
+  CHECK(d.decision.reason == Reason::QueueWait);
+  // One whose deadline already passed never queues.
+  auto gone = g.arrive(clk.now, Criticality::CriticalPlus, clk.now, 1001, s);
+  CHECK(gone.decision.reason == Reason::Deadline);
+}
+
+TEST_CASE("a full queue evicts the newest least critical entry for a more critical one", "[queue]") {
+  QueueConfig qc;
+  qc.max = 3;
+  QueueGate g(qc, static_limit(1));
+  SimClock clk;
+  Collect s;
+  g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  g.arrive(clk.now, Criticality::Sheddable, kFar, 1, s);
+  g.arrive(clk.now, Criticality::Sheddable, kFar, 2, s);
+  g.arrive(clk.now, Criticality::Critical, kFar, 3, s);
+  CHECK(g.depth() == 3);
+  auto same = g.arrive(clk.now, Criticality::Sheddable, kFar, 4, s);
+  CHECK(same.decision.reason == Reason::QueueFull);
+  auto a = g.arrive(clk.now, Criticality::CriticalPlus, kFar, 5, s);
+  CHECK(a.outcome == Outcome::Queued);
+  REQUIRE(s.wakes.size() == 1);
+  CHECK(s.wakes[0].cookie == 2);  // newest SHEDDABLE
+  CHECK_FALSE(s.wakes[0].granted);
+  CHECK(s.wakes[0].decision.reason == Reason::QueueFull);
+  CHECK(g.depth() == 3);
+}
+
+TEST_CASE("expired entries are dropped and never granted", "[queue]") {
+  QueueConfig qc;
+  qc.target = 50ms;
+  QueueGate g(qc, static_limit(1));
+  SimClock clk;
+  Collect s;
+  g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  g.arrive(clk.now, Criticality::Critical, kFar, 1, s);               // queue target 50 ms
+  g.arrive(clk.now, Criticality::Critical, clk.now + 20ms, 2, s);     // deadline 20 ms
+  g.arrive(clk.now, Criticality::Critical, kFar, 3, s);
+  clk.advance(30ms);
+  // Entry 2's deadline passed while it sat behind entry 1: when 1 is granted
+  // and released, 2 must be skipped.
+  g.release(clk.now, nullptr, s);
+  REQUIRE(s.wakes.size() == 1);
+  CHECK(s.wakes[0].cookie == 1);
+  s.wakes.clear();
+  g.release(clk.now, nullptr, s);
+  REQUIRE(s.wakes.size() == 2);
+  CHECK(s.wakes[0].cookie == 2);
+  CHECK_FALSE(s.wakes[0].granted);
+  CHECK(s.wakes[0].decision.reason == Reason::Deadline);
+  CHECK(s.wakes[1].cookie == 3);
+  CHECK(s.wakes[1].granted);
+  // Now nothing waits; queue one more and let it pass its target.
+  s.wakes.clear();
+  g.arrive(clk.now, Criticality::Critical, kFar, 4, s);
+  clk.advance(60ms);
+  g.pump(clk.now, s);
+  REQUIRE(s.wakes.size() == 1);
+  CHECK(s.wakes[0].decision.reason == Reason::QueueTimeout);
+  CHECK(s.wakes[0].waited == 60ms);
+}
+
+TEST_CASE("cancel removes a queued entry; stale tickets cannot cancel reused slots", "[queue]") {
+  QueueGate g({}, static_limit(1));
+  SimClock clk;
+  Collect s;
+  g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  auto a = g.arrive(clk.now, Criticality::Critical, kFar, 1, s);
+  CHECK(g.cancel(a.ticket, clk.now));
+  CHECK(g.depth() == 0);
+  CHECK_FALSE(g.cancel(a.ticket, clk.now));
+  auto b = g.arrive(clk.now, Criticality::Critical, kFar, 2, s);  // reuses the slot
+  CHECK(b.ticket != a.ticket);
+  CHECK_FALSE(g.cancel(a.ticket, clk.now));
+  CHECK(g.depth() == 1);
+  g.release(clk.now, nullptr, s);
+  CHECK_FALSE(g.cancel(b.ticket, clk.now));  // already granted: caller owns a permit
+  CHECK(g.in_flight() == 1);
+}
+
+TEST_CASE("CoDel detects a standing queue and recovers when it drains", "[queue][codel]") {
+  QueueConfig qc;
+  qc.target = 1s;
+  QueueGate g(qc, static_limit(1));
+  SimClock clk;
+  Collect s;
+  g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  // Keep 3 entries queued for 1.5 s; each waits ~30 ms > 5 ms.
+  for (int i = 0; i < 3; ++i) g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  for (int t = 0; t < 150; ++t) {
+    clk.advance(10ms);
+    g.release(clk.now, nullptr, s);
+    g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  }
+  CHECK(g.overloaded());
+  CHECK(g.queue_time() > 10ms);
+  // Drain the queue and let an interval pass with direct grants.
+  while (g.depth() > 0) g.release(clk.now, nullptr, s);
+  g.release(clk.now, nullptr, s);
+  for (int t = 0; t < 30; ++t) {
+    clk.advance(10ms);
+    g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+    g.release(clk.now, nullptr, s);
+  }
+  CHECK_FALSE(g.overloaded());
+}
+
+TEST_CASE("under CoDel overload with LIFO enabled, newest is served first", "[queue][codel]") {
+  QueueConfig qc;
+  qc.target = 10s;
+  qc.lifo_on_overload = true;
+  QueueGate g(qc, static_limit(1));
+  SimClock clk;
+  Collect s;
+  g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  for (int i = 0; i < 5; ++i) g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  clk.advance(200ms);  // nothing left the queue for two intervals: standing
+  g.pump(clk.now, s);
+  clk.advance(100ms);
+  g.pump(clk.now, s);
+  REQUIRE(g.overloaded());
+  CHECK(g.lifo());
+  g.arrive(clk.now, Criticality::Critical, kFar, 77, s);
+  s.wakes.clear();
+  g.release(clk.now, nullptr, s);
+  REQUIRE(s.wakes.size() == 1);
+  CHECK(s.wakes[0].cookie == 77);
+}
+
+TEST_CASE("queue invariants hold on random operation sequences", "[queue][property]") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    Rng rng(seed);
+    QueueConfig qc;
+    qc.max = 16;
+    qc.target = 40ms;
+    qc.lifo_on_overload = seed % 2 == 0;
+    QueueGate g(qc, static_limit(4));
+    SimClock clk;
+    std::map<QueueGate::Ticket, TimePoint> queued;  // ticket -> deadline
+    std::uint32_t held = 0;
+    std::uint64_t cookie = 0;
+    auto sink = [&](const QueueGate::Wake& w) {
+      REQUIRE(queued.count(w.ticket) == 1);
+      if (w.granted) {
+        // An expired entry is never handed out.
+        REQUIRE(queued[w.ticket] > clk.now);
+        REQUIRE(w.waited < qc.target);
+        ++held;
+      }
+      queued.erase(w.ticket);
+    };
+    for (int step = 0; step < 3000; ++step) {
+      clk.advance(std::chrono::microseconds(rng.below(5000)));
+      double r = rng.u();
+      if (r < 0.5) {
+        TimePoint dl = rng.u() < 0.3 ? clk.now + std::chrono::milliseconds(rng.below(60)) : kFar;
+        auto a = g.arrive(clk.now, criticality_from_index(rng.below(4)), dl, ++cookie, sink);
+        if (a.outcome == Outcome::Granted) ++held;
+        if (a.outcome == Outcome::Queued) queued[a.ticket] = dl;
+      } else if (r < 0.85) {
+        if (held > 0) {
+          --held;
+          QueueGate::Sample smp{std::chrono::milliseconds(rng.below(20)), g.in_flight(), false};
+          g.release(clk.now, &smp, sink);
+        }
+      } else if (!queued.empty()) {
+        auto it = queued.begin();
+        std::advance(it, static_cast<long>(rng.below(queued.size())));
+        REQUIRE(g.cancel(it->first, clk.now));
+        queued.erase(it);
+      }
+      REQUIRE(g.depth() <= qc.max);
+      REQUIRE(g.depth() == queued.size());
+      REQUIRE(g.in_flight() == held);
+      REQUIRE(g.in_flight() <= g.limit());
+    }
+  }
+}
