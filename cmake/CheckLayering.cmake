@@ -8,10 +8,15 @@ cmake_minimum_required(VERSION 3.25)
 set(_std_headers
   algorithm any array atomic bit bitset cassert cctype cerrno cfloat charconv chrono cinttypes
   climits cmath compare concepts cstddef cstdint cstdio cstdlib cstring ctime deque exception
+  fstream format mutex shared_mutex thread condition_variable stop_token source_location
   functional initializer_list iomanip ios iosfwd iostream istream iterator limits list map
   memory memory_resource new numbers numeric optional ostream queue random ratio set span
   sstream stdexcept string string_view system_error tuple type_traits unordered_map
   unordered_set utility variant vector)
+
+# src/core is pure: no threads, no locks, no files, no clocks, no entropy.
+set(_core_denied thread mutex shared_mutex condition_variable stop_token fstream iostream
+    istream ostream random)
 
 function(levee_check layer allowed_prefixes)
   file(GLOB_RECURSE files "${SRC}/${layer}/*.hpp" "${SRC}/${layer}/*.cpp")
@@ -23,6 +28,9 @@ function(levee_check layer allowed_prefixes)
       set(ok FALSE)
       if(inc IN_LIST _std_headers)
         set(ok TRUE)
+      endif()
+      if(layer STREQUAL "core" AND inc IN_LIST _core_denied)
+        set(ok FALSE)
       endif()
       foreach(p IN LISTS allowed_prefixes)
         string(FIND "${inc}" "${p}" pos)
@@ -38,5 +46,14 @@ function(levee_check layer allowed_prefixes)
 endfunction()
 
 levee_check(core "core/")
+
+# Time and randomness are arguments in core: nothing may read them.
+file(GLOB_RECURSE _core_files "${SRC}/core/*.hpp" "${SRC}/core/*.cpp")
+foreach(f IN LISTS _core_files)
+  file(STRINGS "${f}" bad REGEX "(_clock::now|random_device|[^_a-z]rand\\(|time\\(nullptr|getenv)")
+  if(bad)
+    message(SEND_ERROR "layering: ${f}: src/core must not read clocks, entropy or the environment: ${bad}")
+  endif()
+endforeach()
 levee_check(config "core/;config/;yaml-cpp/")
 levee_check(metrics "core/;metrics/;prometheus/")

@@ -1,0 +1,256 @@
+// levee's configuration as typed structs. Every default lives here, in the
+// member initialisers; the loader only overrides what the YAML file says.
+// See docs/configuration.md for the reference and config/levee.yaml for a
+// commented example of every option.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/concurrency_limit.hpp"
+#include "core/criticality.hpp"
+#include "core/health.hpp"
+#include "core/queue_gate.hpp"
+#include "core/slow_start.hpp"
+#include "core/time.hpp"
+
+namespace levee::config {
+
+using core::Criticality;
+using core::Duration;
+using namespace std::chrono_literals;
+
+/// An IPv4 or IPv6 network in CIDR form; IPv4 is stored IPv4-mapped.
+struct Cidr {
+  std::array<std::uint8_t, 16> addr{};
+  int prefix = 128;  ///< in the 128-bit space (IPv4 /8 is stored as /104)
+  std::string text;
+  bool contains(const std::array<std::uint8_t, 16>& a) const noexcept;
+};
+
+/// Where a request's tenant comes from. First match wins: API key, then the
+/// tenant header (only from trusted networks), else `default`.
+struct TenantSource {
+  std::string header = "x-tenant-id";
+  std::vector<Cidr> trusted_networks;  ///< empty: the header is trusted from nowhere
+  bool trust_all = false;              ///< trusted_networks: [any]
+  std::string api_key_header;          ///< empty: no API-key mapping
+  std::vector<std::pair<std::string, std::string>> api_keys;  ///< key -> tenant
+};
+
+enum class QuotaEnforcement : std::uint8_t { Overload, Always, Off };
+
+struct TenantsConfig {
+  TenantSource source;
+  /// Tenant names and quotas in CPU-seconds per second; index 0 is `default`.
+  std::vector<std::pair<std::string, double>> quotas;
+  QuotaEnforcement enforce = QuotaEnforcement::Overload;
+  bool dry_run = false;
+  Duration window = 10s;
+};
+
+struct HeaderNames {
+  std::string criticality = "x-criticality";
+  std::string timeout_ms = "x-request-timeout-ms";
+  std::string attempt = "x-attempt-count";
+  std::string request_id = "x-request-id";
+  std::string load_report = "endpoint-load-metrics";
+  std::string no_retry = "x-levee-no-retry";
+};
+
+struct HostCpuConfig {
+  bool enabled = false;
+  Duration interval = 250ms;
+  Duration time_constant = 2s;
+  std::array<double, core::kCriticalityCount> thresholds = {0.85, 0.90, 0.95, 0.98};
+};
+
+struct SelfProtectionConfig {
+  bool enabled = true;
+  bool dry_run = false;
+  Duration sample_interval = 5ms;
+  Duration time_constant = 1s;
+  std::array<double, core::kCriticalityCount> thresholds = {0.8, 0.9, 1.0, 1.2};
+  /// Above this executor load, responses carry `Connection: close` so idle
+  /// keep-alive connections drain (0 disables).
+  double close_connections_above = 0.9;
+  HostCpuConfig host_cpu;
+};
+
+struct AccessLogConfig {
+  enum class Format : std::uint8_t { Text, Json };
+  bool enabled = true;
+  std::string path = "stdout";
+  Format format = Format::Text;
+  double sample = 1.0;          ///< fraction of served requests logged
+  double reject_sample = 0.01;  ///< fraction of rejections logged
+  std::uint32_t queue = 8192;   ///< lines buffered; overflow drops the oldest
+};
+
+struct RouteConfig {
+  std::string host;  ///< empty or "*": any; "*.example.com": suffix; else exact
+  std::string prefix = "/";
+  std::string cluster;
+  std::size_t cluster_index = 0;
+  std::optional<Criticality> criticality;  ///< default when the header is absent
+  Duration timeout = 30s;
+  std::optional<TenantSource> tenant;
+};
+
+struct FuseConfig {
+  std::uint32_t connections_per_endpoint = 4;
+  std::uint32_t queue = 1024;
+  Duration queue_timeout = 5s;
+};
+
+struct ListenerConfig {
+  enum class Mode : std::uint8_t { Normal, Batch };
+  std::string name;
+  std::string address = "0.0.0.0";
+  std::uint16_t port = 0;
+  Mode mode = Mode::Normal;
+  std::uint32_t max_connections = 10000;
+  std::uint32_t max_connections_per_source = 0;  ///< 0: unlimited
+  double accept_rate = 0;                         ///< connections/s, 0: unlimited
+  Duration header_timeout = 10s;
+  Duration idle_timeout = 60s;
+  Duration body_timeout = 30s;  ///< max gap between body bytes from the client
+  std::uint32_t max_header_bytes = 64 * 1024;
+  std::uint32_t max_request_line = 8 * 1024;
+  std::uint32_t max_headers = 100;
+  Criticality default_criticality = Criticality::Critical;
+  std::optional<TenantSource> tenant;
+  FuseConfig fuse;
+  std::vector<RouteConfig> routes;
+};
+
+struct EndpointConfig {
+  std::string host;
+  std::uint16_t port = 0;
+  double weight = 1.0;
+};
+
+struct HealthCheckConfig {
+  bool enabled = false;
+  std::string path = "/healthz";
+  std::string host;  ///< Host header; empty: the endpoint's host
+  Duration interval = 2s;
+  Duration max_interval = 30s;  ///< back-off ceiling for endpoints that stay down
+  double jitter = 0.2;          ///< +- fraction of the interval
+  Duration timeout = 1s;
+  std::uint32_t healthy = 2;
+  std::uint32_t unhealthy = 3;
+  std::uint16_t status_min = 200;
+  std::uint16_t status_max = 399;
+  std::string body_contains;
+};
+
+struct OutlierDetectionConfig {
+  bool enabled = true;
+  core::OutlierConfig params{};
+};
+
+struct RetryConfig {
+  bool enabled = true;
+  std::uint32_t max_attempts = 3;
+  double budget_ratio = 0.1;
+  double budget_min_per_second = 3.0;
+  Duration backoff_base = 25ms;
+  Duration backoff_max = 250ms;
+  /// Answer "don't retry" to retries when this share of arrivals are retries.
+  double storm_share = 0.2;
+};
+
+struct OverloadSignals {
+  double utilization = 0.9;   ///< smoothed backend utilization; 0 disables
+  Duration queue_time = 20ms; ///< smoothed queuing time; 0 disables
+};
+
+struct ThrottleSettings {
+  bool enabled = true;
+  bool dry_run = false;
+  double k = 2.0;
+  Duration window = 2min;
+};
+
+struct QueueSettings {
+  bool enabled = true;   ///< false: no limit at all
+  bool dry_run = false;
+  core::ConcurrencyLimitConfig limit = [] {
+    core::ConcurrencyLimitConfig c;
+    c.adaptive = true;
+    return c;
+  }();
+  core::QueueConfig queue{};
+};
+
+struct ClusterConfig {
+  std::string name;
+  std::vector<EndpointConfig> endpoints;
+  Duration connect_timeout = 1s;
+  Duration response_timeout = 30s;  ///< max wait for the response header
+  Duration idle_timeout = 60s;      ///< pooled upstream connections
+  std::uint32_t max_idle = 64;      ///< per endpoint and worker
+  Duration resolve_interval = 30s;
+  QueueSettings admission;
+  ThrottleSettings throttle;
+  OverloadSignals overload;
+  RetryConfig retry;
+  HealthCheckConfig health_check;
+  OutlierDetectionConfig outlier;
+  core::SlowStartConfig slow_start{};
+  /// Per-cluster quota overrides (tenant -> CPU-s/s); others use tenants.quotas.
+  std::vector<std::pair<std::string, double>> quotas;
+};
+
+struct AdminConfig {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 9901;
+  /// /ready needs at least one healthy endpoint in every cluster.
+  bool ready_requires_endpoints = true;
+};
+
+struct Config {
+  std::string source;  ///< file it came from
+  AdminConfig admin;
+  unsigned workers = 0;  ///< 0: auto (CPUs available, cgroup quota included)
+  Duration drain_timeout = 15s;
+  AccessLogConfig access_log;
+  HeaderNames headers;
+  SelfProtectionConfig self_protection;
+  TenantsConfig tenants;
+  std::vector<ListenerConfig> listeners;
+  std::vector<ClusterConfig> clusters;
+};
+
+/// One problem found in a configuration file.
+struct Error {
+  std::string file;
+  int line = 0;    ///< 1-based; 0 when not tied to a place
+  int column = 0;  ///< 1-based
+  std::string path;  ///< e.g. clusters[1].endpoints[0]
+  std::string message;
+  std::string format() const;
+};
+
+struct LoadResult {
+  std::optional<Config> config;
+  std::vector<Error> errors;
+  bool ok() const noexcept { return config.has_value() && errors.empty(); }
+};
+
+/// Loads and validates a file; all problems are reported together.
+LoadResult load_file(const std::string& path);
+/// Same, from text (`name` is used in messages).
+LoadResult load_string(const std::string& text, const std::string& name);
+
+/// Parses "250ms", "2s", "1m", "1h", "100us"; nullopt otherwise.
+std::optional<Duration> parse_duration(std::string_view s) noexcept;
+/// Parses "10.0.0.0/8", "::1/128", "127.0.0.1" (a host).
+std::optional<Cidr> parse_cidr(std::string_view s);
+
+}  // namespace levee::config

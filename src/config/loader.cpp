@@ -1,0 +1,909 @@
+// YAML -> Config. The loader walks the document with the schema in code:
+// every mapping records which keys it consumed, so unknown (and duplicate)
+// keys are reported with their place; every scalar parser reports wrong
+// types and out-of-range values with the key's path. Nothing stops at the
+// first problem: all errors are collected, then validated references
+// (routes to clusters, tenants) are checked on the result.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "config/config.hpp"
+#include "core/text.hpp"
+
+namespace levee::config {
+
+std::string Error::format() const {
+  std::ostringstream o;
+  o << file;
+  if (line > 0) o << ':' << line << ':' << column;
+  o << ": ";
+  if (!path.empty()) o << path << ": ";
+  o << message;
+  return o.str();
+}
+
+std::optional<Duration> parse_duration(std::string_view s) noexcept {
+  s = core::trim(s);
+  std::size_t i = 0;
+  while (i < s.size() && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
+  if (i == 0 || i == s.size()) return std::nullopt;
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + i, v);
+  if (ec != std::errc{} || p != s.data() + i || !std::isfinite(v)) return std::nullopt;
+  std::string_view unit = s.substr(i);
+  double ns;
+  if (unit == "ns") ns = 1;
+  else if (unit == "us") ns = 1e3;
+  else if (unit == "ms") ns = 1e6;
+  else if (unit == "s") ns = 1e9;
+  else if (unit == "m") ns = 60e9;
+  else if (unit == "h") ns = 3600e9;
+  else return std::nullopt;
+  double total = v * ns;
+  if (total > 1e18) return std::nullopt;
+  return Duration(static_cast<std::int64_t>(std::llround(total)));
+}
+
+namespace {
+
+bool parse_ipv4(std::string_view s, std::array<std::uint8_t, 4>& out) {
+  int part = 0;
+  while (part < 4) {
+    std::size_t dot = s.find('.');
+    std::string_view tok = s.substr(0, dot);
+    auto v = core::parse_u64(tok);
+    if (!v || *v > 255 || tok.size() > 3) return false;
+    out[static_cast<std::size_t>(part++)] = static_cast<std::uint8_t>(*v);
+    if (dot == std::string_view::npos) break;
+    s.remove_prefix(dot + 1);
+  }
+  return part == 4 && s.find('.') == std::string_view::npos;
+}
+
+bool parse_ipv6(std::string_view s, std::array<std::uint8_t, 16>& out) {
+  std::array<std::uint16_t, 8> groups{};
+  int n = 0, gap = -1;
+  if (s.substr(0, 2) == "::") {
+    gap = 0;
+    s.remove_prefix(2);
+  }
+  while (!s.empty()) {
+    if (n >= 8) return false;
+    std::size_t colon = s.find(':');
+    std::string_view tok = s.substr(0, colon);
+    if (tok.find('.') != std::string_view::npos) {  // embedded IPv4 tail
+      std::array<std::uint8_t, 4> v4{};
+      if (colon != std::string_view::npos || n > 6 || !parse_ipv4(tok, v4)) return false;
+      groups[static_cast<std::size_t>(n++)] = static_cast<std::uint16_t>(v4[0] << 8 | v4[1]);
+      groups[static_cast<std::size_t>(n++)] = static_cast<std::uint16_t>(v4[2] << 8 | v4[3]);
+      s = {};
+      break;
+    }
+    if (tok.empty() || tok.size() > 4) return false;
+    unsigned v = 0;
+    for (char c : tok) {
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
+      else return false;
+    }
+    groups[static_cast<std::size_t>(n++)] = static_cast<std::uint16_t>(v);
+    if (colon == std::string_view::npos) {
+      s = {};
+      break;
+    }
+    s.remove_prefix(colon + 1);
+    if (!s.empty() && s.front() == ':') {
+      if (gap >= 0) return false;
+      gap = n;
+      s.remove_prefix(1);
+    } else if (s.empty()) {
+      return false;  // trailing single colon
+    }
+  }
+  if (gap < 0 && n != 8) return false;
+  if (gap >= 0 && n > 7) return false;
+  std::array<std::uint16_t, 8> full{};
+  if (gap < 0) {
+    full = groups;
+  } else {
+    int tail = n - gap;
+    for (int i = 0; i < gap; ++i) full[static_cast<std::size_t>(i)] = groups[static_cast<std::size_t>(i)];
+    for (int i = 0; i < tail; ++i)
+      full[static_cast<std::size_t>(8 - tail + i)] = groups[static_cast<std::size_t>(gap + i)];
+  }
+  for (std::size_t i = 0; i < 8; ++i) {
+    out[2 * i] = static_cast<std::uint8_t>(full[i] >> 8);
+    out[2 * i + 1] = static_cast<std::uint8_t>(full[i] & 0xff);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Cidr::contains(const std::array<std::uint8_t, 16>& a) const noexcept {
+  int bits = prefix;
+  for (std::size_t i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
+    std::uint8_t mask = bits >= 8 ? 0xff : static_cast<std::uint8_t>(0xff << (8 - bits));
+    if ((a[i] & mask) != (addr[i] & mask)) return false;
+  }
+  return true;
+}
+
+std::optional<Cidr> parse_cidr(std::string_view s) {
+  s = core::trim(s);
+  Cidr c;
+  c.text = std::string(s);
+  std::string_view host = s;
+  std::optional<std::uint64_t> plen;
+  if (auto slash = s.find('/'); slash != std::string_view::npos) {
+    host = s.substr(0, slash);
+    plen = core::parse_u64(s.substr(slash + 1));
+    if (!plen) return std::nullopt;
+  }
+  std::array<std::uint8_t, 4> v4{};
+  if (parse_ipv4(host, v4)) {
+    if (plen && *plen > 32) return std::nullopt;
+    c.addr.fill(0);
+    c.addr[10] = c.addr[11] = 0xff;
+    std::copy(v4.begin(), v4.end(), c.addr.begin() + 12);
+    c.prefix = 96 + static_cast<int>(plen.value_or(32));
+    return c;
+  }
+  if (parse_ipv6(host, c.addr)) {
+    if (plen && *plen > 128) return std::nullopt;
+    c.prefix = static_cast<int>(plen.value_or(128));
+    return c;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+struct Ctx {
+  std::string file;
+  std::vector<Error> errors;
+
+  void error(const YAML::Node& n, const std::string& path, std::string msg) {
+    Error e{file, 0, 0, path, std::move(msg)};
+    if (n.IsDefined()) {
+      auto m = n.Mark();
+      if (m.line >= 0) {
+        e.line = m.line + 1;
+        e.column = m.column + 1;
+      }
+    }
+    errors.push_back(std::move(e));
+  }
+  void error_at(const YAML::Mark& m, const std::string& path, std::string msg) {
+    errors.push_back(Error{file, m.line + 1, m.column + 1, path, std::move(msg)});
+  }
+};
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+std::string at(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+/// A mapping being read: remembers which keys the schema asked for.
+class Map {
+ public:
+  Map(Ctx& ctx, const YAML::Node& node, std::string path)
+      : ctx_(ctx), node_(node), path_(std::move(path)) {
+    if (!node_.IsDefined() || node_.IsNull()) return;
+    if (!node_.IsMap()) {
+      ctx_.error(node_, path_, "must be a mapping");
+      return;
+    }
+    valid_ = true;
+    std::set<std::string> seen;
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      auto key = it->first.Scalar();
+      if (!seen.insert(key).second)
+        ctx_.error_at(it->first.Mark(), join(path_, key), "duplicate key");
+    }
+  }
+  Map(const Map&) = delete;
+  ~Map() { finish(); }
+
+  bool valid() const { return valid_; }
+  const std::string& path() const { return path_; }
+
+  YAML::Node take(std::string_view key) {
+    known_.emplace_back(key);
+    if (!valid_) return YAML::Node(YAML::NodeType::Undefined);
+    for (auto it = node_.begin(); it != node_.end(); ++it)
+      if (it->first.Scalar() == key) return it->second;
+    return YAML::Node(YAML::NodeType::Undefined);
+  }
+  bool has(std::string_view key) const {
+    if (!valid_) return false;
+    for (auto it = node_.begin(); it != node_.end(); ++it)
+      if (it->first.Scalar() == key) return true;
+    return false;
+  }
+  std::string sub(std::string_view key) const { return join(path_, key); }
+  Ctx& ctx() { return ctx_; }
+
+  /// Reports keys the schema never asked for.
+  void finish() {
+    if (!valid_ || finished_) return;
+    finished_ = true;
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      auto key = it->first.Scalar();
+      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+      std::string msg = "unknown key";
+      std::size_t best = 3;
+      std::string guess;
+      for (const auto& k : known_) {
+        auto d = edit_distance(key, k);
+        if (d < best) {
+          best = d;
+          guess = k;
+        }
+      }
+      if (!guess.empty()) msg += " (did you mean '" + guess + "'?)";
+      ctx_.error_at(it->first.Mark(), join(path_, key), msg);
+    }
+  }
+
+ private:
+  Ctx& ctx_;
+  YAML::Node node_;
+  std::string path_;
+  bool valid_ = false;
+  bool finished_ = false;
+  std::vector<std::string> known_;
+};
+
+// ---- scalars --------------------------------------------------------------
+
+bool scalar(Ctx& ctx, const YAML::Node& n, const std::string& path, std::string_view what) {
+  if (!n.IsScalar()) {
+    ctx.error(n, path, std::string("must be ") + std::string(what));
+    return false;
+  }
+  return true;
+}
+
+void read(Ctx& ctx, const YAML::Node& n, const std::string& path, std::string& out) {
+  if (n.IsDefined() && scalar(ctx, n, path, "a string")) out = n.Scalar();
+}
+
+void read_bool(Ctx& ctx, const YAML::Node& n, const std::string& path, bool& out) {
+  if (!n.IsDefined() || !scalar(ctx, n, path, "true or false")) return;
+  const auto& s = n.Scalar();
+  if (s == "true") out = true;
+  else if (s == "false") out = false;
+  else ctx.error(n, path, "must be true or false, not '" + s + "'");
+}
+
+template <typename T>
+void read_uint(Ctx& ctx, const YAML::Node& n, const std::string& path, T& out, std::uint64_t lo,
+               std::uint64_t hi) {
+  if (!n.IsDefined() || !scalar(ctx, n, path, "an integer")) return;
+  auto v = core::parse_u64(n.Scalar());
+  if (!v) {
+    ctx.error(n, path, "must be an integer, not '" + n.Scalar() + "'");
+    return;
+  }
+  if (*v < lo || *v > hi) {
+    ctx.error(n, path, "must be " + std::to_string(lo) + ".." + std::to_string(hi));
+    return;
+  }
+  out = static_cast<T>(*v);
+}
+
+void read_double(Ctx& ctx, const YAML::Node& n, const std::string& path, double& out, double lo,
+                 double hi) {
+  if (!n.IsDefined() || !scalar(ctx, n, path, "a number")) return;
+  const auto& s = n.Scalar();
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || p != s.data() + s.size() || !std::isfinite(v)) {
+    ctx.error(n, path, "must be a number, not '" + s + "'");
+    return;
+  }
+  if (v < lo || v > hi) {
+    std::ostringstream o;
+    o << "must be between " << lo << " and " << hi;
+    ctx.error(n, path, o.str());
+    return;
+  }
+  out = v;
+}
+
+void read_duration(Ctx& ctx, const YAML::Node& n, const std::string& path, Duration& out,
+                   Duration lo = Duration::zero(), Duration hi = std::chrono::hours(24 * 365)) {
+  if (!n.IsDefined() || !scalar(ctx, n, path, "a duration like 250ms or 2s")) return;
+  auto d = parse_duration(n.Scalar());
+  if (!d) {
+    ctx.error(n, path, "must be a duration like 250ms or 2s, not '" + n.Scalar() + "'");
+    return;
+  }
+  if (*d < lo || *d > hi) {
+    ctx.error(n, path, "is out of range");
+    return;
+  }
+  out = *d;
+}
+
+void read_criticality(Ctx& ctx, const YAML::Node& n, const std::string& path, Criticality& out) {
+  if (!n.IsDefined() || !scalar(ctx, n, path, "a criticality")) return;
+  auto c = core::parse_criticality(n.Scalar());
+  if (!c) {
+    ctx.error(n, path,
+              "must be CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE, not '" + n.Scalar() + "'");
+    return;
+  }
+  out = *c;
+}
+
+void read_thresholds(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                     std::array<double, core::kCriticalityCount>& out) {
+  Map m(ctx, n, path);
+  for (auto c : core::kAllCriticalities) {
+    std::string key(core::to_string(c));
+    read_double(ctx, m.take(key), m.sub(key), out[core::index(c)], 0.0, 100.0);
+  }
+  for (std::size_t i = 0; i + 1 < core::kCriticalityCount; ++i) {
+    if (out[i] > out[i + 1]) {
+      ctx.error(n, path,
+                "must not shed a more critical level before a less critical one (" +
+                    std::string(core::to_string(core::criticality_from_index(i))) + " > " +
+                    std::string(core::to_string(core::criticality_from_index(i + 1))) + ")");
+      break;
+    }
+  }
+}
+
+/// "host:port" or "[v6]:port".
+bool split_host_port(std::string_view s, std::string& host, std::uint16_t& port) {
+  std::size_t colon;
+  if (!s.empty() && s.front() == '[') {
+    auto close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') return false;
+    host = std::string(s.substr(1, close - 1));
+    colon = close + 1;
+  } else {
+    colon = s.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) return false;
+    host = std::string(s.substr(0, colon));
+    if (host.find(':') != std::string::npos) return false;
+  }
+  auto p = core::parse_u64(s.substr(colon + 1));
+  if (!p || *p == 0 || *p > 65535) return false;
+  port = static_cast<std::uint16_t>(*p);
+  return true;
+}
+
+// ---- sections -------------------------------------------------------------
+
+void read_tenant_source(Ctx& ctx, const YAML::Node& n, const std::string& path, TenantSource& out) {
+  Map m(ctx, n, path);
+  read(ctx, m.take("header"), m.sub("header"), out.header);
+  if (auto tn = m.take("trusted_networks"); tn.IsDefined()) {
+    if (!tn.IsSequence()) {
+      ctx.error(tn, m.sub("trusted_networks"), "must be a list of networks like 10.0.0.0/8");
+    } else {
+      for (std::size_t i = 0; i < tn.size(); ++i) {
+        auto p = at(m.sub("trusted_networks"), i);
+        if (!scalar(ctx, tn[i], p, "a network like 10.0.0.0/8")) continue;
+        if (tn[i].Scalar() == "any") {
+          out.trust_all = true;
+          continue;
+        }
+        auto c = parse_cidr(tn[i].Scalar());
+        if (!c) ctx.error(tn[i], p, "must be a network like 10.0.0.0/8 or ::1/128, not '" + tn[i].Scalar() + "'");
+        else out.trusted_networks.push_back(*c);
+      }
+    }
+  }
+  if (auto ak = m.take("api_keys"); ak.IsDefined()) {
+    Map km(ctx, ak, m.sub("api_keys"));
+    read(ctx, km.take("header"), km.sub("header"), out.api_key_header);
+    if (auto keys = km.take("keys"); keys.IsDefined()) {
+      if (!keys.IsMap()) ctx.error(keys, km.sub("keys"), "must map API keys to tenant names");
+      else
+        for (auto it = keys.begin(); it != keys.end(); ++it)
+          if (scalar(ctx, it->second, join(km.sub("keys"), it->first.Scalar()), "a tenant name"))
+            out.api_keys.emplace_back(it->first.Scalar(), it->second.Scalar());
+    }
+    if (out.api_key_header.empty()) ctx.error(ak, km.sub("header"), "is required with api_keys");
+  }
+}
+
+void read_quota_map(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                    std::vector<std::pair<std::string, double>>& out) {
+  if (!n.IsDefined()) return;
+  if (!n.IsMap()) {
+    ctx.error(n, path, "must map tenant names to CPU-seconds per second");
+    return;
+  }
+  std::set<std::string> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    auto name = it->first.Scalar();
+    auto p = join(path, name);
+    if (!seen.insert(name).second) {
+      ctx.error_at(it->first.Mark(), p, "duplicate key");
+      continue;
+    }
+    double q = 0;
+    read_double(ctx, it->second, p, q, 0.0, 1e6);
+    out.emplace_back(name, q);
+  }
+}
+
+void read_tenants(Ctx& ctx, const YAML::Node& n, TenantsConfig& t) {
+  Map m(ctx, n, "tenants");
+  if (auto s = m.take("source"); s.IsDefined()) read_tenant_source(ctx, s, m.sub("source"), t.source);
+  std::vector<std::pair<std::string, double>> quotas;
+  auto qn = m.take("quotas");
+  read_quota_map(ctx, qn, m.sub("quotas"), quotas);
+  if (!quotas.empty()) {
+    auto def = std::find_if(quotas.begin(), quotas.end(), [](auto& p) { return p.first == "default"; });
+    if (def == quotas.end()) {
+      ctx.error(qn, m.sub("quotas"), "needs a 'default' quota for tenants not listed");
+    } else {
+      t.quotas.push_back(*def);
+      for (auto& q : quotas)
+        if (q.first != "default") t.quotas.push_back(q);
+    }
+  }
+  if (auto e = m.take("enforce"); e.IsDefined() && scalar(ctx, e, m.sub("enforce"), "a mode")) {
+    const auto& s = e.Scalar();
+    if (s == "overload") t.enforce = QuotaEnforcement::Overload;
+    else if (s == "always") t.enforce = QuotaEnforcement::Always;
+    else if (s == "off") t.enforce = QuotaEnforcement::Off;
+    else ctx.error(e, m.sub("enforce"), "must be overload, always or off, not '" + s + "'");
+  }
+  read_bool(ctx, m.take("dry_run"), m.sub("dry_run"), t.dry_run);
+  read_duration(ctx, m.take("window"), m.sub("window"), t.window, std::chrono::seconds(1), std::chrono::hours(1));
+}
+
+void read_self_protection(Ctx& ctx, const YAML::Node& n, SelfProtectionConfig& s) {
+  Map m(ctx, n, "self_protection");
+  read_bool(ctx, m.take("enabled"), m.sub("enabled"), s.enabled);
+  read_bool(ctx, m.take("dry_run"), m.sub("dry_run"), s.dry_run);
+  read_duration(ctx, m.take("sample_interval"), m.sub("sample_interval"), s.sample_interval,
+                std::chrono::milliseconds(1), std::chrono::seconds(10));
+  read_duration(ctx, m.take("time_constant"), m.sub("time_constant"), s.time_constant,
+                std::chrono::milliseconds(10), std::chrono::minutes(10));
+  if (auto t = m.take("thresholds"); t.IsDefined()) read_thresholds(ctx, t, m.sub("thresholds"), s.thresholds);
+  read_double(ctx, m.take("close_connections_above"), m.sub("close_connections_above"),
+              s.close_connections_above, 0.0, 100.0);
+  if (auto h = m.take("host_cpu"); h.IsDefined()) {
+    Map hm(ctx, h, m.sub("host_cpu"));
+    read_bool(ctx, hm.take("enabled"), hm.sub("enabled"), s.host_cpu.enabled);
+    read_duration(ctx, hm.take("interval"), hm.sub("interval"), s.host_cpu.interval,
+                  std::chrono::milliseconds(10), std::chrono::minutes(1));
+    read_duration(ctx, hm.take("time_constant"), hm.sub("time_constant"), s.host_cpu.time_constant,
+                  std::chrono::milliseconds(10), std::chrono::minutes(10));
+    if (auto t = hm.take("thresholds"); t.IsDefined())
+      read_thresholds(ctx, t, hm.sub("thresholds"), s.host_cpu.thresholds);
+  }
+}
+
+void read_access_log(Ctx& ctx, const YAML::Node& n, AccessLogConfig& a) {
+  Map m(ctx, n, "access_log");
+  read_bool(ctx, m.take("enabled"), m.sub("enabled"), a.enabled);
+  read(ctx, m.take("path"), m.sub("path"), a.path);
+  if (auto f = m.take("format"); f.IsDefined() && scalar(ctx, f, m.sub("format"), "text or json")) {
+    if (f.Scalar() == "text") a.format = AccessLogConfig::Format::Text;
+    else if (f.Scalar() == "json") a.format = AccessLogConfig::Format::Json;
+    else ctx.error(f, m.sub("format"), "must be text or json, not '" + f.Scalar() + "'");
+  }
+  read_double(ctx, m.take("sample"), m.sub("sample"), a.sample, 0.0, 1.0);
+  read_double(ctx, m.take("reject_sample"), m.sub("reject_sample"), a.reject_sample, 0.0, 1.0);
+  read_uint(ctx, m.take("queue"), m.sub("queue"), a.queue, 16, 1u << 22);
+}
+
+void read_headers(Ctx& ctx, const YAML::Node& n, HeaderNames& h) {
+  Map m(ctx, n, "headers");
+  auto name = [&](const char* key, std::string& out) {
+    auto node = m.take(key);
+    read(ctx, node, m.sub(key), out);
+    if (node.IsDefined() && out.empty()) ctx.error(node, m.sub(key), "must not be empty");
+    for (auto& c : out) c = core::ascii_lower(c);
+  };
+  name("criticality", h.criticality);
+  name("timeout_ms", h.timeout_ms);
+  name("attempt", h.attempt);
+  name("request_id", h.request_id);
+  name("load_report", h.load_report);
+  name("no_retry", h.no_retry);
+}
+
+void read_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteConfig& r) {
+  Map m(ctx, n, path);
+  if (!m.valid()) {
+    if (!n.IsMap()) return;
+  }
+  if (auto mt = m.take("match"); mt.IsDefined()) {
+    Map mm(ctx, mt, m.sub("match"));
+    read(ctx, mm.take("host"), mm.sub("host"), r.host);
+    auto pn = mm.take("prefix");
+    read(ctx, pn, mm.sub("prefix"), r.prefix);
+    if (pn.IsDefined() && (r.prefix.empty() || r.prefix.front() != '/'))
+      ctx.error(pn, mm.sub("prefix"), "must start with '/'");
+    for (auto& c : r.host) c = core::ascii_lower(c);
+  }
+  auto cn = m.take("cluster");
+  if (!cn.IsDefined()) ctx.error(n, m.sub("cluster"), "is required");
+  read(ctx, cn, m.sub("cluster"), r.cluster);
+  if (auto c = m.take("criticality"); c.IsDefined()) {
+    Criticality v{};
+    read_criticality(ctx, c, m.sub("criticality"), v);
+    r.criticality = v;
+  }
+  read_duration(ctx, m.take("timeout"), m.sub("timeout"), r.timeout, std::chrono::milliseconds(1),
+                std::chrono::hours(24));
+  if (auto t = m.take("tenant"); t.IsDefined()) {
+    r.tenant.emplace();
+    read_tenant_source(ctx, t, m.sub("tenant"), *r.tenant);
+  }
+}
+
+void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, ListenerConfig& l) {
+  Map m(ctx, n, path);
+  read(ctx, m.take("name"), m.sub("name"), l.name);
+  read(ctx, m.take("address"), m.sub("address"), l.address);
+  auto pn = m.take("port");
+  if (!pn.IsDefined()) ctx.error(n, m.sub("port"), "is required");
+  read_uint(ctx, pn, m.sub("port"), l.port, 1, 65535);
+  if (auto md = m.take("mode"); md.IsDefined() && scalar(ctx, md, m.sub("mode"), "normal or batch")) {
+    if (md.Scalar() == "normal") l.mode = ListenerConfig::Mode::Normal;
+    else if (md.Scalar() == "batch") {
+      l.mode = ListenerConfig::Mode::Batch;
+      l.default_criticality = Criticality::SheddablePlus;
+    } else ctx.error(md, m.sub("mode"), "must be normal or batch, not '" + md.Scalar() + "'");
+  }
+  read_uint(ctx, m.take("max_connections"), m.sub("max_connections"), l.max_connections, 1, 10000000);
+  read_uint(ctx, m.take("max_connections_per_source"), m.sub("max_connections_per_source"),
+            l.max_connections_per_source, 0, 10000000);
+  read_double(ctx, m.take("accept_rate"), m.sub("accept_rate"), l.accept_rate, 0.0, 1e9);
+  read_duration(ctx, m.take("header_timeout"), m.sub("header_timeout"), l.header_timeout,
+                std::chrono::milliseconds(1), std::chrono::hours(1));
+  read_duration(ctx, m.take("idle_timeout"), m.sub("idle_timeout"), l.idle_timeout,
+                std::chrono::milliseconds(1), std::chrono::hours(24));
+  read_duration(ctx, m.take("body_timeout"), m.sub("body_timeout"), l.body_timeout,
+                std::chrono::milliseconds(1), std::chrono::hours(24));
+  read_uint(ctx, m.take("max_header_bytes"), m.sub("max_header_bytes"), l.max_header_bytes, 1024, 1u << 20);
+  read_uint(ctx, m.take("max_request_line"), m.sub("max_request_line"), l.max_request_line, 64, 1u << 20);
+  read_uint(ctx, m.take("max_headers"), m.sub("max_headers"), l.max_headers, 8, 1000);
+  read_criticality(ctx, m.take("criticality"), m.sub("criticality"), l.default_criticality);
+  if (auto t = m.take("tenant"); t.IsDefined()) {
+    l.tenant.emplace();
+    read_tenant_source(ctx, t, m.sub("tenant"), *l.tenant);
+  }
+  if (auto f = m.take("fuse"); f.IsDefined()) {
+    Map fm(ctx, f, m.sub("fuse"));
+    read_uint(ctx, fm.take("connections_per_endpoint"), fm.sub("connections_per_endpoint"),
+              l.fuse.connections_per_endpoint, 1, 10000);
+    read_uint(ctx, fm.take("queue"), fm.sub("queue"), l.fuse.queue, 0, 1000000);
+    read_duration(ctx, fm.take("queue_timeout"), fm.sub("queue_timeout"), l.fuse.queue_timeout,
+                  std::chrono::milliseconds(1), std::chrono::hours(1));
+  }
+  auto rn = m.take("routes");
+  if (!rn.IsDefined()) {
+    ctx.error(n, m.sub("routes"), "is required (at least one route)");
+  } else if (!rn.IsSequence() || rn.size() == 0) {
+    ctx.error(rn, m.sub("routes"), "must be a non-empty list of routes");
+  } else {
+    for (std::size_t i = 0; i < rn.size(); ++i) {
+      RouteConfig r;
+      read_route(ctx, rn[i], at(m.sub("routes"), i), r);
+      l.routes.push_back(std::move(r));
+    }
+  }
+  if (l.max_request_line > l.max_header_bytes)
+    ctx.error(n, m.sub("max_request_line"), "must not exceed max_header_bytes");
+}
+
+void read_endpoint(Ctx& ctx, const YAML::Node& n, const std::string& path, EndpointConfig& e) {
+  auto parse_addr = [&](const YAML::Node& a, const std::string& p) {
+    if (!scalar(ctx, a, p, "host:port")) return;
+    if (!split_host_port(a.Scalar(), e.host, e.port))
+      ctx.error(a, p, "must be host:port with port 1..65535, not '" + a.Scalar() + "'");
+  };
+  if (n.IsScalar()) {
+    parse_addr(n, path);
+    return;
+  }
+  Map m(ctx, n, path);
+  auto an = m.take("address");
+  if (!an.IsDefined()) ctx.error(n, m.sub("address"), "is required");
+  else parse_addr(an, m.sub("address"));
+  read_double(ctx, m.take("weight"), m.sub("weight"), e.weight, 0.001, 1e6);
+}
+
+void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, ClusterConfig& c) {
+  Map m(ctx, n, path);
+  auto nn = m.take("name");
+  if (!nn.IsDefined()) ctx.error(n, m.sub("name"), "is required");
+  read(ctx, nn, m.sub("name"), c.name);
+  auto en = m.take("endpoints");
+  if (!en.IsDefined()) {
+    ctx.error(n, m.sub("endpoints"), "is required");
+  } else if (!en.IsSequence() || en.size() == 0) {
+    ctx.error(en, m.sub("endpoints"), "must be a non-empty list of host:port");
+  } else {
+    for (std::size_t i = 0; i < en.size(); ++i) {
+      EndpointConfig e;
+      read_endpoint(ctx, en[i], at(m.sub("endpoints"), i), e);
+      c.endpoints.push_back(std::move(e));
+    }
+  }
+  using std::chrono::milliseconds;
+  using std::chrono::hours;
+  read_duration(ctx, m.take("connect_timeout"), m.sub("connect_timeout"), c.connect_timeout, milliseconds(1), hours(1));
+  read_duration(ctx, m.take("response_timeout"), m.sub("response_timeout"), c.response_timeout, milliseconds(1), hours(24));
+  read_duration(ctx, m.take("idle_timeout"), m.sub("idle_timeout"), c.idle_timeout, milliseconds(1), hours(24));
+  read_uint(ctx, m.take("max_idle"), m.sub("max_idle"), c.max_idle, 0, 100000);
+  read_duration(ctx, m.take("resolve_interval"), m.sub("resolve_interval"), c.resolve_interval, milliseconds(100), hours(24));
+
+  if (auto cc = m.take("concurrency"); cc.IsDefined()) {
+    Map cm(ctx, cc, m.sub("concurrency"));
+    auto ln = cm.take("limit");
+    auto an = cm.take("adaptive");
+    read_bool(ctx, cm.take("enabled"), cm.sub("enabled"), c.admission.enabled);
+    read_bool(ctx, cm.take("dry_run"), cm.sub("dry_run"), c.admission.dry_run);
+    if (ln.IsDefined() && an.IsDefined()) ctx.error(cc, cm.path(), "give either limit or adaptive, not both");
+    if (ln.IsDefined()) {
+      c.admission.limit.adaptive = false;
+      read_uint(ctx, ln, cm.sub("limit"), c.admission.limit.static_limit, 1, 1000000);
+    } else if (an.IsDefined()) {
+      c.admission.limit.adaptive = true;
+      auto& a = c.admission.limit.adaptive_cfg;
+      Map am(ctx, an, cm.sub("adaptive"));
+      read_uint(ctx, am.take("min"), am.sub("min"), a.min, 1, 1000000);
+      read_uint(ctx, am.take("max"), am.sub("max"), a.max, 1, 1000000);
+      read_uint(ctx, am.take("initial"), am.sub("initial"), a.initial, 1, 1000000);
+      read_duration(ctx, am.take("window"), am.sub("window"), a.min_window, milliseconds(1), std::chrono::minutes(1));
+      read_uint(ctx, am.take("min_samples"), am.sub("min_samples"), a.min_samples, 1, 1000000);
+      read_double(ctx, am.take("alpha"), am.sub("alpha"), a.alpha, 0.0, 10.0);
+      read_double(ctx, am.take("beta"), am.sub("beta"), a.beta, 0.0, 10.0);
+      read_duration(ctx, am.take("probe_interval"), am.sub("probe_interval"), a.probe_interval, milliseconds(100), hours(1));
+      if (a.min > a.max) ctx.error(an, am.path(), "min must not exceed max");
+      if (a.alpha > a.beta) ctx.error(an, am.path(), "alpha must not exceed beta");
+      if (!am.has("initial")) a.initial = std::clamp<std::uint32_t>(20, a.min, a.max);
+      else if (a.initial < a.min || a.initial > a.max) ctx.error(an, am.sub("initial"), "must be between min and max");
+    }
+  }
+  if (auto qn = m.take("queue"); qn.IsDefined()) {
+    auto& q = c.admission.queue;
+    Map qm(ctx, qn, m.sub("queue"));
+    read_uint(ctx, qm.take("max"), qm.sub("max"), q.max, 0, 10000000);
+    read_duration(ctx, qm.take("target"), qm.sub("target"), q.target, std::chrono::microseconds(1), hours(1));
+    read_bool(ctx, qm.take("lifo_on_overload"), qm.sub("lifo_on_overload"), q.lifo_on_overload);
+    if (auto cd = qm.take("codel"); cd.IsDefined()) {
+      Map cdm(ctx, cd, qm.sub("codel"));
+      read_duration(ctx, cdm.take("target"), cdm.sub("target"), q.codel_target, std::chrono::microseconds(1), hours(1));
+      read_duration(ctx, cdm.take("interval"), cdm.sub("interval"), q.codel_interval, milliseconds(1), hours(1));
+    }
+  }
+  if (auto on = m.take("overload"); on.IsDefined()) {
+    Map om(ctx, on, m.sub("overload"));
+    read_double(ctx, om.take("utilization"), om.sub("utilization"), c.overload.utilization, 0.0, 100.0);
+    read_duration(ctx, om.take("queue_time"), om.sub("queue_time"), c.overload.queue_time, Duration::zero(), hours(1));
+  }
+  if (auto tn = m.take("throttle"); tn.IsDefined()) {
+    Map tm(ctx, tn, m.sub("throttle"));
+    read_bool(ctx, tm.take("enabled"), tm.sub("enabled"), c.throttle.enabled);
+    read_bool(ctx, tm.take("dry_run"), tm.sub("dry_run"), c.throttle.dry_run);
+    read_double(ctx, tm.take("k"), tm.sub("k"), c.throttle.k, 1.0, 100.0);
+    read_duration(ctx, tm.take("window"), tm.sub("window"), c.throttle.window, std::chrono::seconds(1), hours(1));
+  }
+  if (auto rn = m.take("retry"); rn.IsDefined()) {
+    auto& r = c.retry;
+    Map rm(ctx, rn, m.sub("retry"));
+    read_bool(ctx, rm.take("enabled"), rm.sub("enabled"), r.enabled);
+    read_uint(ctx, rm.take("max_attempts"), rm.sub("max_attempts"), r.max_attempts, 1, 10);
+    read_double(ctx, rm.take("budget_ratio"), rm.sub("budget_ratio"), r.budget_ratio, 0.0, 1.0);
+    read_double(ctx, rm.take("budget_min_per_second"), rm.sub("budget_min_per_second"), r.budget_min_per_second, 0.0, 1e6);
+    read_duration(ctx, rm.take("backoff_base"), rm.sub("backoff_base"), r.backoff_base, Duration::zero(), std::chrono::minutes(1));
+    read_duration(ctx, rm.take("backoff_max"), rm.sub("backoff_max"), r.backoff_max, Duration::zero(), std::chrono::minutes(10));
+    read_double(ctx, rm.take("storm_share"), rm.sub("storm_share"), r.storm_share, 0.0, 1.0);
+  }
+  if (auto hn = m.take("health_check"); hn.IsDefined()) {
+    auto& h = c.health_check;
+    h.enabled = true;
+    Map hm(ctx, hn, m.sub("health_check"));
+    read_bool(ctx, hm.take("enabled"), hm.sub("enabled"), h.enabled);
+    auto pn = hm.take("path");
+    read(ctx, pn, hm.sub("path"), h.path);
+    if (pn.IsDefined() && (h.path.empty() || h.path.front() != '/')) ctx.error(pn, hm.sub("path"), "must start with '/'");
+    read(ctx, hm.take("host"), hm.sub("host"), h.host);
+    read_duration(ctx, hm.take("interval"), hm.sub("interval"), h.interval, milliseconds(10), hours(1));
+    read_duration(ctx, hm.take("max_interval"), hm.sub("max_interval"), h.max_interval, milliseconds(10), hours(1));
+    read_double(ctx, hm.take("jitter"), hm.sub("jitter"), h.jitter, 0.0, 0.5);
+    read_duration(ctx, hm.take("timeout"), hm.sub("timeout"), h.timeout, milliseconds(1), hours(1));
+    read_uint(ctx, hm.take("healthy"), hm.sub("healthy"), h.healthy, 1, 1000);
+    read_uint(ctx, hm.take("unhealthy"), hm.sub("unhealthy"), h.unhealthy, 1, 1000);
+    if (auto sn = hm.take("expected_status"); sn.IsDefined()) {
+      Map sm(ctx, sn, hm.sub("expected_status"));
+      read_uint(ctx, sm.take("min"), sm.sub("min"), h.status_min, 100, 599);
+      read_uint(ctx, sm.take("max"), sm.sub("max"), h.status_max, 100, 599);
+      if (h.status_min > h.status_max) ctx.error(sn, sm.path(), "min must not exceed max");
+    }
+    read(ctx, hm.take("body_contains"), hm.sub("body_contains"), h.body_contains);
+    if (h.max_interval < h.interval) h.max_interval = h.interval;
+  }
+  if (auto on = m.take("outlier_detection"); on.IsDefined()) {
+    auto& o = c.outlier;
+    Map om(ctx, on, m.sub("outlier_detection"));
+    read_bool(ctx, om.take("enabled"), om.sub("enabled"), o.enabled);
+    read_uint(ctx, om.take("consecutive_failures"), om.sub("consecutive_failures"), o.params.consecutive_failures, 1, 100000);
+    read_duration(ctx, om.take("base_ejection"), om.sub("base_ejection"), o.params.base_ejection, milliseconds(1), hours(24));
+    read_duration(ctx, om.take("max_ejection"), om.sub("max_ejection"), o.params.max_ejection, milliseconds(1), hours(24));
+    read_duration(ctx, om.take("decay"), om.sub("decay"), o.params.decay, Duration::zero(), hours(24));
+    read_double(ctx, om.take("max_ejected_pct"), om.sub("max_ejected_pct"), o.params.max_ejected_pct, 0.0, 100.0);
+  }
+  if (auto sn = m.take("slow_start"); sn.IsDefined()) {
+    auto& s = c.slow_start;
+    Map sm(ctx, sn, m.sub("slow_start"));
+    read_duration(ctx, sm.take("window"), sm.sub("window"), s.window, Duration::zero(), hours(24));
+    read_double(ctx, sm.take("aggression"), sm.sub("aggression"), s.aggression, 0.01, 100.0);
+    read_double(ctx, sm.take("min_weight_pct"), sm.sub("min_weight_pct"), s.min_weight_pct, 0.0, 100.0);
+    read_bool(ctx, sm.take("readiness"), sm.sub("readiness"), s.readiness);
+    read_duration(ctx, sm.take("early_exit"), sm.sub("early_exit"), s.early_exit, Duration::zero(), hours(24));
+  }
+  read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
+}
+
+template <typename T, typename F>
+void read_list(Ctx& ctx, const YAML::Node& n, const std::string& path, std::vector<T>& out, F&& f) {
+  if (!n.IsDefined()) return;
+  if (!n.IsSequence()) {
+    ctx.error(n, path, "must be a list");
+    return;
+  }
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    T item;
+    f(ctx, n[i], at(path, i), item);
+    out.push_back(std::move(item));
+  }
+}
+
+void validate(Ctx& ctx, const YAML::Node& root, Config& cfg) {
+  // Names, references and clashes that only the whole file can tell.
+  auto node_at = [&](std::initializer_list<std::string_view> keys, std::initializer_list<std::size_t> idx) {
+    // Best-effort lookup of a node for its line/column.
+    YAML::Node n = root;
+    auto k = keys.begin();
+    auto i = idx.begin();
+    for (; k != keys.end(); ++k) {
+      if (!n.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+      n = n[std::string(*k)];
+      if (i != idx.end() && n.IsSequence()) {
+        if (*i >= n.size()) return YAML::Node(YAML::NodeType::Undefined);
+        n = n[*i];
+        ++i;
+      }
+    }
+    return n;
+  };
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < cfg.clusters.size(); ++i) {
+    auto& c = cfg.clusters[i];
+    if (!c.name.empty() && !names.insert(c.name).second)
+      ctx.error(node_at({"clusters", "name"}, {i}), at("clusters", i) + ".name", "duplicate cluster name '" + c.name + "'");
+  }
+  std::set<std::string> lnames;
+  std::set<std::pair<std::string, int>> binds;
+  for (std::size_t li = 0; li < cfg.listeners.size(); ++li) {
+    auto& l = cfg.listeners[li];
+    if (l.name.empty()) l.name = "listener" + std::to_string(li);
+    if (!lnames.insert(l.name).second)
+      ctx.error(node_at({"listeners", "name"}, {li}), at("listeners", li) + ".name", "duplicate listener name '" + l.name + "'");
+    if (l.port != 0 && !binds.insert({l.address, l.port}).second)
+      ctx.error(node_at({"listeners", "port"}, {li}), at("listeners", li) + ".port",
+                "another listener already uses " + l.address + ":" + std::to_string(l.port));
+    for (std::size_t ri = 0; ri < l.routes.size(); ++ri) {
+      auto& r = l.routes[ri];
+      if (r.cluster.empty()) continue;
+      auto it = std::find_if(cfg.clusters.begin(), cfg.clusters.end(), [&](auto& c) { return c.name == r.cluster; });
+      if (it == cfg.clusters.end()) {
+        ctx.error(node_at({"listeners", "routes", "cluster"}, {li, ri}),
+                  at(at("listeners", li) + ".routes", ri) + ".cluster", "no cluster named '" + r.cluster + "'");
+      } else {
+        r.cluster_index = static_cast<std::size_t>(it - cfg.clusters.begin());
+      }
+    }
+  }
+  if (cfg.admin.port != 0 && binds.count({cfg.admin.address, cfg.admin.port}))
+    ctx.error(node_at({"admin", "port"}, {}), "admin.port", "a listener already uses this port");
+  // Cluster quota overrides must name tenants the tenants section knows,
+  // so that per-tenant metrics keep a bounded label set.
+  for (std::size_t ci = 0; ci < cfg.clusters.size(); ++ci) {
+    for (auto& [name, q] : cfg.clusters[ci].quotas) {
+      bool known = std::any_of(cfg.tenants.quotas.begin(), cfg.tenants.quotas.end(), [&](auto& p) { return p.first == name; });
+      if (!known)
+        ctx.error(node_at({"clusters", "quotas"}, {ci}), at("clusters", ci) + ".quotas." + name,
+                  "tenant '" + name + "' is not listed in tenants.quotas");
+    }
+  }
+  if (cfg.listeners.empty()) ctx.error(root, "listeners", "at least one listener is required");
+}
+
+LoadResult load_node(Ctx& ctx, const YAML::Node& root) {
+  Config cfg;
+  cfg.source = ctx.file;
+  Map m(ctx, root, "");
+  if (!m.valid()) {
+    if (ctx.errors.empty()) ctx.errors.push_back({ctx.file, 0, 0, "", "the file is empty: it must be a mapping"});
+    return {std::nullopt, std::move(ctx.errors)};
+  }
+  if (auto a = m.take("admin"); a.IsDefined()) {
+    Map am(ctx, a, "admin");
+    read(ctx, am.take("address"), am.sub("address"), cfg.admin.address);
+    read_uint(ctx, am.take("port"), am.sub("port"), cfg.admin.port, 1, 65535);
+    read_bool(ctx, am.take("ready_requires_endpoints"), am.sub("ready_requires_endpoints"), cfg.admin.ready_requires_endpoints);
+  }
+  if (auto w = m.take("workers"); w.IsDefined()) {
+    if (w.IsScalar() && w.Scalar() == "auto") cfg.workers = 0;
+    else if (w.IsScalar() && core::parse_u64(w.Scalar())) read_uint(ctx, w, "workers", cfg.workers, 1, 1024);
+    else ctx.error(w, "workers", "must be auto or a number 1..1024");
+  }
+  read_duration(ctx, m.take("drain_timeout"), "drain_timeout", cfg.drain_timeout, Duration::zero(), std::chrono::hours(1));
+  if (auto a = m.take("access_log"); a.IsDefined()) read_access_log(ctx, a, cfg.access_log);
+  if (auto h = m.take("headers"); h.IsDefined()) read_headers(ctx, h, cfg.headers);
+  if (auto s = m.take("self_protection"); s.IsDefined()) read_self_protection(ctx, s, cfg.self_protection);
+  if (auto t = m.take("tenants"); t.IsDefined()) read_tenants(ctx, t, cfg.tenants);
+  read_list(ctx, m.take("listeners"), "listeners", cfg.listeners, read_listener);
+  read_list(ctx, m.take("clusters"), "clusters", cfg.clusters, read_cluster);
+  m.finish();
+  validate(ctx, root, cfg);
+  if (!ctx.errors.empty()) return {std::nullopt, std::move(ctx.errors)};
+  return {std::move(cfg), {}};
+}
+
+}  // namespace
+
+LoadResult load_string(const std::string& text, const std::string& name) {
+  Ctx ctx{name, {}};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    ctx.errors.push_back({name, e.mark.line + 1, e.mark.column + 1, "", "YAML syntax: " + e.msg});
+    return {std::nullopt, std::move(ctx.errors)};
+  }
+  try {
+    return load_node(ctx, root);
+  } catch (const YAML::Exception& e) {
+    // Defensive: yaml-cpp can throw on odd documents (e.g. complex keys).
+    ctx.errors.push_back({name, e.mark.line + 1, e.mark.column + 1, "", e.msg});
+    return {std::nullopt, std::move(ctx.errors)};
+  }
+}
+
+LoadResult load_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {std::nullopt, {Error{path, 0, 0, "", "cannot read the file"}}};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return load_string(ss.str(), path);
+}
+
+}  // namespace levee::config

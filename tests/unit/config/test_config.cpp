@@ -1,0 +1,174 @@
+#include <catch2/catch_test_macros.hpp>
+#include <string>
+
+#include "config/config.hpp"
+
+using namespace levee::config;
+
+namespace {
+
+std::string errors_of(const std::string& yaml) {
+  auto r = load_string(yaml, "t.yaml");
+  std::string out;
+  for (auto& e : r.errors) out += e.format() + "\n";
+  return out;
+}
+
+const char* kMinimal = R"(
+listeners:
+  - port: 8080
+    routes:
+      - cluster: app
+clusters:
+  - name: app
+    endpoints: ["127.0.0.1:9000"]
+)";
+
+}  // namespace
+
+TEST_CASE("the example configuration loads", "[config]") {
+  auto r = load_file(LEVEE_SOURCE_DIR "/config/levee.yaml");
+  for (auto& e : r.errors) INFO(e.format());
+  REQUIRE(r.ok());
+  const auto& c = *r.config;
+  CHECK(c.admin.port == 9901);
+  REQUIRE(c.listeners.size() == 1);
+  CHECK(c.listeners[0].port == 8080);
+  CHECK(c.listeners[0].routes[0].timeout == std::chrono::seconds(2));
+  REQUIRE(c.clusters.size() == 1);
+  CHECK(c.clusters[0].admission.limit.adaptive);
+  CHECK(c.tenants.quotas.front().first == "default");
+  CHECK(c.tenants.quotas.size() == 4);
+  CHECK(c.tenants.source.trusted_networks.size() == 2);
+}
+
+TEST_CASE("a minimal configuration takes the documented defaults", "[config]") {
+  auto r = load_string(kMinimal, "t.yaml");
+  REQUIRE(r.ok());
+  const auto& c = *r.config;
+  CHECK(c.workers == 0);
+  CHECK(c.listeners[0].address == "0.0.0.0");
+  CHECK(c.listeners[0].default_criticality == levee::core::Criticality::Critical);
+  CHECK(c.listeners[0].routes[0].prefix == "/");
+  CHECK(c.clusters[0].admission.enabled);
+  CHECK(c.clusters[0].admission.limit.adaptive);
+  CHECK(c.clusters[0].admission.queue.target == std::chrono::milliseconds(50));
+  CHECK(c.clusters[0].endpoints[0].host == "127.0.0.1");
+  CHECK(c.clusters[0].endpoints[0].port == 9000);
+  CHECK(c.tenants.quotas.empty());
+}
+
+TEST_CASE("batch listeners default to SHEDDABLE_PLUS", "[config]") {
+  auto r = load_string(R"(
+listeners:
+  - {port: 8081, mode: batch, routes: [{cluster: app}]}
+clusters: [{name: app, endpoints: ["[::1]:9000"]}]
+)", "t.yaml");
+  REQUIRE(r.ok());
+  CHECK(r.config->listeners[0].default_criticality == levee::core::Criticality::SheddablePlus);
+  CHECK(r.config->clusters[0].endpoints[0].host == "::1");
+}
+
+TEST_CASE("all errors are reported together with place and path", "[config]") {
+  auto out = errors_of(R"(listeners:
+  - port: 80800
+    routes:
+      - cluster: nope
+        timout: 2s
+clusters:
+  - name: app
+    endpoints: ["127.0.0.1:0", "host-without-port"]
+    concurrency: {limit: zero}
+)");
+  CHECK(out ==
+        "t.yaml:2:11: listeners[0].port: must be 1..65535\n"
+        "t.yaml:5:9: listeners[0].routes[0].timout: unknown key (did you mean 'timeout'?)\n"
+        "t.yaml:8:17: clusters[0].endpoints[0]: must be host:port with port 1..65535, not '127.0.0.1:0'\n"
+        "t.yaml:8:32: clusters[0].endpoints[1]: must be host:port with port 1..65535, not 'host-without-port'\n"
+        "t.yaml:9:26: clusters[0].concurrency.limit: must be an integer, not 'zero'\n"
+        "t.yaml:4:18: listeners[0].routes[0].cluster: no cluster named 'nope'\n");
+}
+
+TEST_CASE("wrong types, bad enums and bad durations are named", "[config]") {
+  auto out = errors_of(R"(workers: lots
+drain_timeout: soon
+access_log: {format: xml, sample: 2}
+self_protection:
+  thresholds: {SHEDDABLE: 1.5, CRITICAL_PLUS: 1.0}
+listeners:
+  - port: 8080
+    criticality: URGENT
+    routes: [{cluster: app, match: {prefix: api}}]
+clusters:
+  - name: app
+    endpoints: "127.0.0.1:9000"
+)");
+  CHECK(out.find("t.yaml:1:10: workers: must be auto or a number 1..1024") != std::string::npos);
+  CHECK(out.find("t.yaml:2:16: drain_timeout: must be a duration like 250ms or 2s, not 'soon'") != std::string::npos);
+  CHECK(out.find("access_log.format: must be text or json, not 'xml'") != std::string::npos);
+  CHECK(out.find("access_log.sample: must be between 0 and 1") != std::string::npos);
+  CHECK(out.find("self_protection.thresholds: must not shed a more critical level before a less critical one") != std::string::npos);
+  CHECK(out.find("listeners[0].criticality: must be CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE, not 'URGENT'") != std::string::npos);
+  CHECK(out.find("listeners[0].routes[0].match.prefix: must start with '/'") != std::string::npos);
+  CHECK(out.find("t.yaml:12:16: clusters[0].endpoints: must be a non-empty list of host:port") != std::string::npos);
+}
+
+TEST_CASE("duplicates and clashes are reported", "[config]") {
+  auto out = errors_of(R"(admin: {port: 8080}
+listeners:
+  - {name: a, port: 8080, routes: [{cluster: app}]}
+  - {name: a, port: 8080, routes: [{cluster: app}]}
+clusters:
+  - {name: app, endpoints: ["127.0.0.1:1"]}
+  - {name: app, endpoints: ["127.0.0.1:2"], name: dup}
+)");
+  CHECK(out.find("clusters[1].name: duplicate key") != std::string::npos);
+  CHECK(out.find("listeners[1].name: duplicate listener name 'a'") != std::string::npos);
+  CHECK(out.find("listeners[1].port: another listener already uses 0.0.0.0:8080") != std::string::npos);
+}
+
+TEST_CASE("tenant quotas need a default and overrides must name known tenants", "[config]") {
+  auto out = errors_of(R"(tenants:
+  quotas: {gmail: 4.0, android: -1}
+listeners: [{port: 8080, routes: [{cluster: app}]}]
+clusters: [{name: app, endpoints: ["127.0.0.1:9"], quotas: {mystery: 1}}]
+)");
+  CHECK(out.find("tenants.quotas.android: must be between 0 and 1e+06") != std::string::npos);
+  CHECK(out.find("tenants.quotas: needs a 'default' quota for tenants not listed") != std::string::npos);
+  CHECK(out.find("clusters[0].quotas.mystery: tenant 'mystery' is not listed in tenants.quotas") != std::string::npos);
+}
+
+TEST_CASE("YAML syntax errors carry a position", "[config]") {
+  auto out = errors_of("listeners: [\n  {port: 1\n");
+  CHECK(out.rfind("t.yaml:", 0) == 0);
+  CHECK(out.find("YAML syntax") != std::string::npos);
+  CHECK(errors_of("") == "t.yaml: the file is empty: it must be a mapping\n");
+  auto missing = load_file("/nonexistent/levee.yaml");
+  REQUIRE(missing.errors.size() == 1);
+  CHECK(missing.errors[0].format() == "/nonexistent/levee.yaml: cannot read the file");
+}
+
+TEST_CASE("durations and networks parse", "[config]") {
+  using namespace std::chrono_literals;
+  CHECK(parse_duration("250ms") == levee::core::Duration(250ms));
+  CHECK(parse_duration("1.5s") == levee::core::Duration(1500ms));
+  CHECK(parse_duration("2m") == levee::core::Duration(120s));
+  CHECK_FALSE(parse_duration("2"));
+  CHECK_FALSE(parse_duration("ms"));
+  CHECK_FALSE(parse_duration("5 parsecs"));
+  auto v4 = parse_cidr("10.0.0.0/8");
+  REQUIRE(v4);
+  auto in = parse_cidr("10.200.3.4");
+  auto out = parse_cidr("11.0.0.1");
+  CHECK(v4->contains(in->addr));
+  CHECK_FALSE(v4->contains(out->addr));
+  auto v6 = parse_cidr("fd00::/8");
+  REQUIRE(v6);
+  CHECK(v6->contains(parse_cidr("fd12:3456::1")->addr));
+  CHECK_FALSE(v6->contains(parse_cidr("::1")->addr));
+  CHECK(parse_cidr("::ffff:10.1.2.3")->addr == parse_cidr("10.1.2.3")->addr);
+  CHECK_FALSE(parse_cidr("10.0.0.0/33"));
+  CHECK_FALSE(parse_cidr("1:2:3"));
+  CHECK_FALSE(parse_cidr("300.1.1.1"));
+  CHECK_FALSE(parse_cidr("1::2::3"));
+}
