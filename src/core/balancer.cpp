@@ -24,18 +24,11 @@ std::size_t WeightedSet::sample(double u) const noexcept {
 
 std::size_t pick_p2c(const WeightedSet& set, std::span<const EndpointLoad> eps, double u1,
                      double u2) noexcept {
-  std::size_t a = set.sample(u1);
-  if (a == kNoEndpoint || a >= eps.size()) return kNoEndpoint;
-  std::size_t b = set.sample(u2);
-  if (b == kNoEndpoint || b >= eps.size() || b == a) return a;
-  // Compare outstanding/weight without dividing: (oa+1)/wa < (ob+1)/wb.
-  double ca = (eps[a].outstanding + 1.0) * eps[b].weight;
-  double cb = (eps[b].outstanding + 1.0) * eps[a].weight;
-  if (ca < cb) return a;
-  if (cb < ca) return b;
-  // A tie keeps the first draw, which is already weighted-random: breaking
-  // it by comparing u1 and u2 would favour lower indexes.
-  return a;
+  if (set.empty() || eps.empty()) return kNoEndpoint;
+  auto k = pick_p2c_with(
+      set, [&](std::size_t i) { return i < eps.size() ? eps[i].weight : 0.0; },
+      [&](std::size_t i) { return i < eps.size() ? eps[i].outstanding : 0u; }, u1, u2);
+  return k < eps.size() ? k : kNoEndpoint;
 }
 
 }  // namespace levee::core

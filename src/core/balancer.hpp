@@ -36,6 +36,24 @@ class WeightedSet {
 
 inline constexpr std::size_t kNoEndpoint = static_cast<std::size_t>(-1);
 
+/// Picks an endpoint reading weights and outstanding counts through
+/// accessors, so only the two candidates are looked at: O(log n) per pick.
+template <typename Weight, typename Outstanding>
+std::size_t pick_p2c_with(const WeightedSet& set, Weight&& weight, Outstanding&& outstanding,
+                          double u1, double u2) noexcept {
+  std::size_t a = set.sample(u1);
+  if (a == kNoEndpoint) return kNoEndpoint;
+  std::size_t b = set.sample(u2);
+  if (b == kNoEndpoint || b == a) return a;
+  // Compare outstanding/weight without dividing: (oa+1)/wa < (ob+1)/wb.
+  double ca = (static_cast<double>(outstanding(a)) + 1.0) * weight(b);
+  double cb = (static_cast<double>(outstanding(b)) + 1.0) * weight(a);
+  if (cb < ca) return b;
+  // A tie keeps the first draw, which is already weighted-random: breaking
+  // it by comparing u1 and u2 would favour lower indexes.
+  return a;
+}
+
 /// Picks an endpoint; u1, u2 are independent uniform draws in [0,1).
 /// `set` must have been rebuilt from the same weights; outstanding counts
 /// are read live from `eps`. Returns kNoEndpoint when none is available.

@@ -68,6 +68,7 @@ QueueGate::Wake QueueGate::grant(std::uint32_t i, TimePoint now) noexcept {
   Wake w{n.cookie, make_ticket(i, n.gen), true, Decision::admit(), now - n.enqueued};
   unlink(i);
   ++in_flight_;
+  w.in_flight = in_flight_;
   note_grant(now, w.waited);
   return w;
 }

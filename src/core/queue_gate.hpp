@@ -66,6 +66,7 @@ class QueueGate {
     bool granted;
     Decision decision;  ///< the rejection when !granted
     Duration waited;
+    std::uint32_t in_flight = 0;  ///< in flight once granted (for latency samples)
   };
 
   /// A latency sample returned with a permit.
@@ -97,6 +98,10 @@ class QueueGate {
   /// granted, dropped or never existed): if it was granted, its Wake is on
   /// its way and the caller will hold a permit it must release.
   bool cancel(Ticket t, TimePoint now) noexcept;
+
+  /// Takes a permit regardless of the limit (dry-run mode: the request goes
+  /// through, and in-flight stays truthful for the estimates).
+  void force_acquire() noexcept { ++in_flight_; }
 
   /// Earliest time at which a queued entry expires (max() when empty).
   TimePoint next_expiry() const noexcept;

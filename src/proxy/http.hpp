@@ -1,0 +1,205 @@
+// HTTP/1.1 message heads and parsers for the proxy's hot path.
+//
+// The parsers derive from Beast's basic_parser, which does the RFC 7230
+// grammar (and rejects smuggling shapes such as conflicting lengths); the
+// callbacks here copy each field into a per-connection arena reserved once
+// to the header limit, so parsing a request never allocates. Interesting
+// fields are noted by index as they pass, so nothing is looked up twice.
+// Bodies are handed to a BodySink as they are parsed (chunked encoding
+// already removed) and streamed on in fixed-size pieces.
+#pragma once
+
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace levee::proxy {
+
+namespace http = boost::beast::http;
+using boost::beast::error_code;
+
+struct Field {
+  std::string_view name;
+  std::string_view value;
+  http::field id;
+};
+
+/// Where body bytes go while parsing: a fixed buffer the session flushes.
+class BodySink {
+ public:
+  explicit BodySink(std::size_t capacity) : buf_(capacity) {}
+  /// Copies what fits; returns the number of bytes taken.
+  std::size_t put(std::string_view s) noexcept {
+    std::size_t n = std::min(s.size(), buf_.size() - used_);
+    std::memcpy(buf_.data() + used_, s.data(), n);
+    used_ += n;
+    return n;
+  }
+  bool full() const noexcept { return used_ == buf_.size(); }
+  std::string_view data() const noexcept { return {buf_.data(), used_}; }
+  std::size_t size() const noexcept { return used_; }
+  void clear() noexcept { used_ = 0; }
+
+ private:
+  std::vector<char> buf_;
+  std::size_t used_ = 0;
+};
+
+/// Storage of one message head: fields copied into a block arena. One 4 KiB
+/// block covers typical heads; larger ones add blocks (released on reset).
+/// Blocks never move, so the string_views handed out stay valid until reset.
+class Head {
+ public:
+  explicit Head(std::size_t max_fields) : max_fields_(max_fields) {
+    fields_.reserve(std::min<std::size_t>(max_fields, 32));
+    blocks_.push_back({std::make_unique<char[]>(kBlock), kBlock});
+  }
+  void reset() noexcept {
+    fields_.clear();
+    if (blocks_.size() > 1) blocks_.resize(1);
+    used_ = 0;
+  }
+  /// False when the field limit is reached.
+  bool add(http::field id, std::string_view name, std::string_view value);
+  std::string_view store(std::string_view s);
+  const std::vector<Field>& fields() const noexcept { return fields_; }
+  std::size_t max_fields() const noexcept { return max_fields_; }
+  void set_max_fields(std::size_t n) noexcept { max_fields_ = n; }
+
+ private:
+  static constexpr std::size_t kBlock = 4096;
+  struct Block {
+    std::unique_ptr<char[]> data;
+    std::size_t size;
+  };
+  std::vector<Field> fields_;
+  std::vector<Block> blocks_;
+  std::size_t used_ = 0;  // in the last block
+  std::size_t max_fields_;
+};
+
+/// What the session needs to know about a request, filled while parsing.
+struct RequestInfo {
+  http::verb method = http::verb::unknown;
+  std::string_view method_str;
+  std::string_view target;
+  int version = 11;
+  int host = -1;  ///< field indexes, -1 when absent
+  int criticality = -1;
+  int tenant = -1;
+  int api_key = -1;
+  int timeout_ms = -1;
+  int grpc_timeout = -1;
+  int attempt = -1;
+  int envoy_attempt = -1;
+  int grpc_attempts = -1;
+  int request_id = -1;
+  int xff = -1;
+  int via = -1;
+  bool expect_continue = false;
+  bool bad_expect = false;
+  bool too_many_fields = false;
+  bool connection_close = false;  ///< Connection: close seen
+  std::uint32_t connection_tokens = 0;  ///< count of extra tokens in Connection
+};
+
+/// Field names the request parser watches for (configurable ones).
+struct WatchedNames {
+  std::string criticality;
+  std::string tenant;
+  std::string api_key;
+  std::string timeout_ms;
+  std::string attempt;
+  std::string request_id;
+};
+
+class RequestParser : public http::basic_parser<true> {
+ public:
+  RequestParser(Head& head, RequestInfo& info, BodySink& sink, const WatchedNames& names)
+      : head_(head), info_(info), sink_(sink), names_(names) {
+    eager(true);
+    body_limit(boost::none);  // streamed, never buffered whole
+  }
+
+ private:
+  void on_request_impl(http::verb method, boost::beast::string_view method_str,
+                       boost::beast::string_view target, int version, error_code& ec) override;
+  void on_response_impl(int, boost::beast::string_view, int, error_code&) override {}
+  void on_field_impl(http::field name, boost::beast::string_view name_string,
+                     boost::beast::string_view value, error_code& ec) override;
+  void on_header_impl(error_code&) override { header_done_ = true; }
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  std::size_t on_body_impl(boost::beast::string_view body, error_code& ec) override;
+  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body, error_code& ec) override;
+  void on_finish_impl(error_code&) override {}
+
+  Head& head_;
+  RequestInfo& info_;
+  BodySink& sink_;
+  const WatchedNames& names_;
+  bool header_done_ = false;
+};
+
+/// What the session needs to know about a response.
+struct ResponseInfo {
+  int status = 0;
+  int version = 11;
+  std::string_view reason;
+  int load_report = -1;
+  bool no_retry = false;   ///< x-levee-no-retry, x-envoy-overloaded, negative pushback
+  bool too_many_fields = false;
+};
+
+struct ResponseWatched {
+  std::string load_report;
+  std::string no_retry;
+};
+
+class ResponseParser : public http::basic_parser<false> {
+ public:
+  ResponseParser(Head& head, ResponseInfo& info, BodySink& sink, const ResponseWatched& names)
+      : head_(head), info_(info), sink_(sink), names_(names) {
+    eager(true);
+    body_limit(boost::none);
+  }
+
+ private:
+  void on_request_impl(http::verb, boost::beast::string_view, boost::beast::string_view, int,
+                       error_code&) override {}
+  void on_response_impl(int code, boost::beast::string_view reason, int version, error_code& ec) override;
+  void on_field_impl(http::field name, boost::beast::string_view name_string,
+                     boost::beast::string_view value, error_code& ec) override;
+  void on_header_impl(error_code&) override { header_done_ = true; }
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  std::size_t on_body_impl(boost::beast::string_view body, error_code& ec) override;
+  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body, error_code& ec) override;
+  void on_finish_impl(error_code&) override {}
+
+  Head& head_;
+  ResponseInfo& info_;
+  BodySink& sink_;
+  const ResponseWatched& names_;
+  bool header_done_ = false;
+};
+
+/// Hop-by-hop fields (RFC 9110 7.6.1) plus the framing fields levee rewrites.
+bool is_hop_by_hop(const Field& f) noexcept;
+
+/// Whether `name` is listed as a token in any Connection field of `fields`.
+bool named_in_connection(const std::vector<Field>& fields, std::string_view name) noexcept;
+
+/// Appends chunked framing for one piece of body data.
+void append_chunk_header(std::string& out, std::size_t n);
+
+}  // namespace levee::proxy

@@ -1,0 +1,136 @@
+// A worker: one thread, one io_context, its own SO_REUSEPORT acceptors,
+// upstream connection pools and load-balancer view. Nothing here is shared
+// with other workers except through Runtime's atomics and cluster locks.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "proxy/clock.hpp"
+#include "proxy/http.hpp"
+#include "proxy/io_buffer.hpp"
+#include "proxy/runtime.hpp"
+
+namespace levee::proxy {
+
+class Server;
+class Session;
+
+/// An upstream connection, pooled per worker and endpoint.
+struct UpstreamConn {
+  UpstreamConn(boost::asio::io_context& ctx, std::size_t max_head)
+      : sock(ctx), buf(8 * 1024, max_head + 16 * 1024) {}
+  tcp::socket sock;
+  IoBuffer buf;
+  TimePoint idle_since{};
+  std::uint64_t uses = 0;
+  std::size_t cluster = 0;
+  std::size_t endpoint = 0;
+};
+
+/// Per-request scratch space, pooled per worker so that idle keep-alive
+/// connections hold only their read buffer.
+struct Exchange {
+  Exchange(std::size_t max_fields)
+      : req_head(max_fields), req_body(16 * 1024), resp_head(256), resp_body(16 * 1024) {
+    out.reserve(4096);
+  }
+  Head req_head;
+  RequestInfo req;
+  BodySink req_body;
+  Head resp_head;
+  ResponseInfo resp;
+  BodySink resp_body;
+  std::string out;
+  std::optional<RequestParser> req_parser;
+  std::optional<ResponseParser> resp_parser;
+  void reset() {
+    req_head.reset();
+    req = RequestInfo{};
+    req_body.clear();
+    resp_head.reset();
+    resp = ResponseInfo{};
+    resp_body.clear();
+    out.clear();
+    req_parser.reset();
+    resp_parser.reset();
+  }
+};
+
+class Worker {
+ public:
+  Worker(Server& server, std::size_t index, std::shared_ptr<Runtime> rt);
+  ~Worker();
+
+  /// Opens this worker's acceptors (SO_REUSEPORT) on every listener.
+  void open_listeners();
+  void start();
+  /// Stops accepting and closes idle keep-alive connections (drain).
+  void begin_drain();
+  void stop();
+  void join();
+
+  boost::asio::io_context ctx{1};
+  Server& server;
+  const std::size_t index;
+  std::shared_ptr<Runtime> rt;
+  Rng rng;
+  std::atomic<int> tid{0};
+
+  // Upstream pools ------------------------------------------------------------
+  std::unique_ptr<UpstreamConn> take_idle(std::size_t cluster, std::size_t endpoint, TimePoint t);
+  void put_idle(std::unique_ptr<UpstreamConn> c, TimePoint t);
+  std::size_t idle_count() const noexcept { return idle_total_.load(std::memory_order_relaxed); }
+
+  /// P2C pick over this worker's view of the cluster; kNoEndpoint if none.
+  std::size_t pick(Cluster& c, std::size_t avoid);
+
+  std::unique_ptr<Exchange> take_exchange();
+  void put_exchange(std::unique_ptr<Exchange> e);
+
+  // Sessions, for drain -----------------------------------------------------
+  void attach(Session* s);
+  void detach(Session* s);
+  std::atomic<std::uint32_t> active_sessions{0};
+
+  // Executor-load probe: posted by the sampler, timed here.
+  std::atomic<std::int64_t> probe_posted_ns{0};
+  std::atomic<std::int64_t> probe_delay_ns{0};
+  std::atomic<bool> probe_pending{false};
+
+  const WatchedNames& watched() const noexcept { return watched_; }
+  const ResponseWatched& response_watched() const noexcept { return resp_watched_; }
+
+ private:
+  boost::asio::awaitable<void> accept_loop(tcp::acceptor& a, Listener& l);
+  void sweep_idle();
+
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
+  std::vector<Listener*> acceptor_listener_;
+  std::vector<std::vector<std::vector<std::unique_ptr<UpstreamConn>>>> idle_;  // [cluster][endpoint]
+  std::atomic<std::size_t> idle_total_{0};
+  boost::asio::steady_timer sweep_timer_;
+
+  struct LbView {
+    std::uint64_t version = 0;
+    core::WeightedSet set;
+    std::vector<core::EndpointLoad> loads;
+  };
+  std::vector<LbView> lb_;
+
+  std::vector<std::unique_ptr<Exchange>> exchanges_;
+  Session* sessions_ = nullptr;
+  WatchedNames watched_;
+  ResponseWatched resp_watched_;
+  std::thread thread_;
+  bool draining_ = false;
+};
+
+}  // namespace levee::proxy
