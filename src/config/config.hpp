@@ -175,6 +175,7 @@ struct ThrottleSettings {
   bool dry_run = false;
   double k = 2.0;
   Duration window = 2min;
+  double min_requests = 20;  ///< no local rejection below this many requests per window
 };
 
 struct QueueSettings {

@@ -713,6 +713,7 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     read_bool(ctx, tm.take("dry_run"), tm.sub("dry_run"), c.throttle.dry_run);
     read_double(ctx, tm.take("k"), tm.sub("k"), c.throttle.k, 1.0, 100.0);
     read_duration(ctx, tm.take("window"), tm.sub("window"), c.throttle.window, std::chrono::seconds(1), hours(1));
+    read_double(ctx, tm.take("min_requests"), tm.sub("min_requests"), c.throttle.min_requests, 0.0, 1e9);
   }
   if (auto rn = m.take("retry"); rn.IsDefined()) {
     auto& r = c.retry;

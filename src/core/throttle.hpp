@@ -8,6 +8,11 @@
 //   p = max(0, (requests - K * accepts) / (requests + 1)).
 // With K = 2 the backend keeps seeing up to twice the traffic it accepts,
 // enough to notice recovery quickly, while the rest fails locally for free.
+//
+// With few requests the formula is all noise: one failed request alone
+// gives p = 1/2. So nothing is rejected until the window has seen
+// `min_requests` requests of that criticality (as Envoy's admission control
+// waits for an RPS threshold).
 #pragma once
 
 #include <algorithm>
@@ -22,6 +27,7 @@ struct ThrottleConfig {
   double k = 2.0;
   Duration window = std::chrono::minutes(2);
   std::size_t buckets = 60;
+  double min_requests = 20;
   Duration retry_after = std::chrono::seconds(1);
 };
 
@@ -33,6 +39,7 @@ class AdaptiveThrottle {
   /// The current local rejection probability for criticality c.
   double probability(Criticality c, TimePoint now) noexcept {
     double req = requests_.sum(now, index(c));
+    if (req < cfg_.min_requests) return 0.0;
     double acc = accepts_.sum(now, index(c));
     return std::max(0.0, (req - cfg_.k * acc) / (req + 1.0));
   }

@@ -22,6 +22,7 @@ core::ThrottleConfig throttle_cfg(const config::ClusterConfig& c) {
   core::ThrottleConfig t;
   t.k = c.throttle.k;
   t.window = c.throttle.window;
+  t.min_requests = c.throttle.min_requests;
   return t;
 }
 

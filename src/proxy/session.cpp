@@ -191,12 +191,31 @@ asio::awaitable<void> Session::run() {
     if (up_) up_.reset();  // a connection not returned to the pool is closed
     if (!keep || rt_->draining.load(std::memory_order_relaxed)) break;
   }
+  if (linger_) co_await lingering_close();
   closed_ = true;
   deadline_ = TimePoint::max();
   watchdog_.cancel();
   error_code ec;
   down_.shutdown(tcp::socket::shutdown_both, ec);
   down_.close(ec);
+}
+
+asio::awaitable<void> Session::lingering_close() {
+  // We answered before reading the whole request (a rejection, an error).
+  // Closing now would make the kernel reset the connection when more of the
+  // client's body arrives, and a reset can destroy our answer before the
+  // client reads it. So: stop sending, then read and discard for a while.
+  error_code ec;
+  down_.shutdown(tcp::socket::shutdown_send, ec);
+  set_deadline(now() + std::chrono::seconds(2), Phase::Body);
+  std::size_t drained = 0;
+  while (drained < 4 * 1024 * 1024) {
+    in_.clear();
+    auto [rec, n] = co_await down_.async_read_some(in_.prepare(), nothrow);
+    if (rec) break;
+    drained += n;
+  }
+  in_.clear();
 }
 
 asio::awaitable<Session::HeadResult> Session::read_head(Request& rq) {
@@ -281,10 +300,12 @@ asio::awaitable<bool> Session::handle(Request& rq) {
   rq.crit = rq.route->criticality;
   if (info.criticality >= 0) {
     auto c = core::parse_criticality(field_value(ex, info.criticality));
-    if (!c)
-      co_return co_await local_reply(
-          rq, Reason::BadCriticality,
-          rt_->cfg->headers.criticality + " must be CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE");
+    if (!c) {
+      // Named, not a temporary: GCC 12 mishandles temporaries in co_await operands.
+      const std::string detail =
+          rt_->cfg->headers.criticality + " must be CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE";
+      co_return co_await local_reply(rq, Reason::BadCriticality, detail);
+    }
     rq.crit = *c;
   }
   const config::TenantSource& ts = *rq.route->tenant;
@@ -466,6 +487,7 @@ asio::awaitable<bool> Session::reject(Request& rq, const Decision& d) {
   auto& out = ex_->out;
   out.clear();
   const bool close = !ex_->req_parser->is_done() || !rq.keep_alive;
+  if (!ex_->req_parser->is_done()) linger_ = true;
   rq.status = d.status;
   out.append("HTTP/1.1 ");
   append_uint(out, d.status);
@@ -496,7 +518,10 @@ asio::awaitable<bool> Session::local_reply(Request& rq, Reason r, std::string_vi
   const auto& ri = core::info(r);
   rq.status = ri.status;
   m.local_replies.inc(w_.index, m.local_replies.index({l_.index, static_cast<std::size_t>(r)}));
-  if (ex_->req_parser && !ex_->req_parser->is_done()) close = true;
+  if (ex_->req_parser && !ex_->req_parser->is_done()) {
+    close = true;
+    if (ex_->req_parser->is_header_done()) linger_ = true;
+  }
   if (!rq.keep_alive) close = true;
   auto& out = ex_->out;
   out.clear();
@@ -752,11 +777,13 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
       ex.req_body.clear();
       bool terminated = false;
       for (;;) {
+        bool starved = in_.empty();  // nothing parseable left: read more
         if (!in_.empty() && !p.is_done() && !ex.req_body.full()) {
           error_code ec;
           std::size_t n = p.put(in_.cbuf(), ec);
           in_.consume(n);
-          if (ec && ec != http::error::need_buffer && ec != http::error::need_more) {
+          if (ec == http::error::need_more) starved = true;  // e.g. half a chunk header
+          else if (ec && ec != http::error::need_buffer) {
             up_.reset();
             co_return co_await fail(Reason::BadRequest);
           }
@@ -792,7 +819,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
           continue;
         }
         if (p.is_done()) break;
-        if (!in_.empty()) continue;
+        if (!starved) continue;
         set_deadline(std::min(rq.deadline, now() + l_.cfg.body_timeout), Phase::Body);
         auto [ec, n] = co_await down_.async_read_some(in_.prepare(), nothrow);
         if (ec) {
@@ -985,20 +1012,22 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
     bool client_ok = co_await write_piece(true);
     bool upstream_ok = true;
     while (client_ok && !rp.is_done()) {
+      bool starved = up_->buf.empty();
       if (!up_->buf.empty()) {
         error_code ec;
         std::size_t n = rp.put(up_->buf.cbuf(), ec);
         up_->buf.consume(n);
-        if (ec && ec != http::error::need_buffer && ec != http::error::need_more) {
+        if (ec == http::error::need_more) starved = true;  // e.g. half a chunk header
+        else if (ec && ec != http::error::need_buffer) {
           upstream_ok = false;
           break;
         }
-        if (rp_sink.size() > 0 && (rp_sink.full() || rp.is_done() || up_->buf.empty())) {
+        if (rp_sink.size() > 0 && (rp_sink.full() || rp.is_done() || up_->buf.empty() || starved)) {
           client_ok = co_await write_piece(false);
           continue;
         }
         if (rp.is_done()) break;
-        if (!up_->buf.empty()) continue;
+        if (!starved) continue;
       }
       set_deadline(std::min(rq.deadline, now() + cc.response_timeout), Phase::Response);
       auto [ec, n] = co_await up_->sock.async_read_some(up_->buf.prepare(), nothrow);

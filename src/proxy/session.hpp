@@ -41,6 +41,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Waite
   boost::asio::awaitable<bool> proxy(Request& rq, Cluster& c);
   boost::asio::awaitable<bool> write_down(const std::vector<boost::asio::const_buffer>& bufs, Request& rq);
   void finish(Request& rq);
+  boost::asio::awaitable<void> lingering_close();
 
   void set_deadline(TimePoint d, Phase p);
   void on_watchdog(std::uint64_t gen);
@@ -75,6 +76,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Waite
 
   bool closed_ = false;
   bool idle_ = true;
+  bool linger_ = false;  ///< the client may still be sending: drain before closing
 };
 
 }  // namespace levee::proxy

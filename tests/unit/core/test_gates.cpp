@@ -76,6 +76,15 @@ TEST_CASE("throttle probability follows the SRE formula for every draw", "[throt
   CHECK(t.probability(Criticality::CriticalPlus, clk.now) == 0.0);
 }
 
+TEST_CASE("throttle stays quiet below its minimum volume", "[throttle]") {
+  AdaptiveThrottle t;  // min_requests 20
+  SimClock clk;
+  for (int i = 0; i < 19; ++i) REQUIRE(t.admit(Criticality::Critical, clk.now, 0.0).admitted());
+  CHECK(t.probability(Criticality::Critical, clk.now) == 0.0);
+  t.admit(Criticality::Critical, clk.now, 0.999);
+  CHECK(t.probability(Criticality::Critical, clk.now) > 0.9);  // 20 requests, no accepts
+}
+
 TEST_CASE("throttle never rejects while the backend accepts", "[throttle]") {
   AdaptiveThrottle t;
   SimClock clk;
