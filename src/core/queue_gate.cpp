@@ -9,7 +9,8 @@ QueueGate::QueueGate(QueueConfig q, ConcurrencyLimitConfig l)
       limit_(l),
       nodes_(std::max<std::uint32_t>(1, q.max)),
       queue_time_(q.codel_interval * 10),
-      departures_(q.drain_window, 10) {
+      departures_(q.drain_window, 10),
+      grants_(q.drain_window, 10) {
   // Thread the free list through the slab once; nothing allocates after this.
   for (std::uint32_t i = 0; i + 1 < nodes_.size(); ++i) nodes_[i].next = i + 1;
   nodes_.back().next = kNil;
@@ -23,7 +24,8 @@ std::uint32_t QueueGate::push(TimePoint now, Criticality c, TimePoint deadline,
   free_ = n.next;
   n.enqueued = now;
   n.deadline = deadline;
-  n.expires = std::min(deadline, now + cfg_.target);
+  const auto grace = std::chrono::duration_cast<Duration>(cfg_.target * std::max(1.0, cfg_.max_wait_factor));
+  n.expires = std::min(deadline, now + grace);
   n.cookie = cookie;
   n.crit = c;
   n.queued = true;
@@ -69,7 +71,7 @@ QueueGate::Wake QueueGate::grant(std::uint32_t i, TimePoint now) noexcept {
   unlink(i);
   ++in_flight_;
   w.in_flight = in_flight_;
-  note_grant(now, w.waited);
+  note_grant(now, w.waited, n.crit);
   return w;
 }
 
@@ -92,8 +94,9 @@ TimePoint QueueGate::next_expiry() const noexcept {
   return t;
 }
 
-void QueueGate::note_grant(TimePoint now, Duration sojourn) noexcept {
+void QueueGate::note_grant(TimePoint now, Duration sojourn, Criticality c) noexcept {
   limit_.on_start(now);
+  grants_.add(now, index(c), 1.0);
   min_sojourn_ = std::min(min_sojourn_, sojourn);
   queue_time_.update(now, to_seconds(sojourn));
 }
@@ -113,6 +116,7 @@ void QueueGate::roll_codel(TimePoint now) noexcept {
 }
 
 double QueueGate::drain_rate(TimePoint now) noexcept {
+  // Departures over the last second when there were enough to count;
   double n = departures_.sum(now, 0);
   if (n >= 10) return n / to_seconds(departures_.span(now));
   // Too few departures to measure: Little's law on the current limit.
@@ -120,6 +124,19 @@ double QueueGate::drain_rate(TimePoint now) noexcept {
     return static_cast<double>(std::max<std::uint32_t>(1, limit_.limit())) / latency_.value();
   }
   return 0.0;
+}
+
+Duration QueueGate::estimate_wait(TimePoint now, std::uint32_t ahead, Criticality c) noexcept {
+  if (ahead == 0) return Duration::zero();
+  double rate = drain_rate(now);
+  if (rate <= 0) return Duration::zero();
+  if (index(c) + 1 < kCriticalityCount) {
+    double above = grants_.sum(now, index(c) + 1, kCriticalityCount - 1) / to_seconds(grants_.span(now));
+    // Never below 2% of the drain: a class is starved only while the ones
+    // above it demonstrably take (nearly) everything.
+    rate = std::max(rate - above, rate * 0.02);
+  }
+  return from_seconds(static_cast<double>(ahead) / rate);
 }
 
 Duration QueueGate::estimate_wait(TimePoint now, std::uint32_t ahead) noexcept {

@@ -3,10 +3,19 @@
 //
 //  * At most limit() requests are in flight; the rest wait, most critical
 //    first, FIFO within a criticality.
-//  * On arrival the wait is estimated as (entries served before this one) /
-//    (smoothed drain rate). If that exceeds the request's remaining deadline
-//    or the queue-time target, the request is rejected at once (503 +
-//    Retry-After), instead of rotting in the queue and failing later.
+//  * On arrival the wait is estimated as (entries served before this one,
+//    plus its own turn) / (smoothed drain rate). If that exceeds the
+//    request's remaining deadline or the queue-time target, the request is
+//    rejected at once (503 + Retry-After), instead of rotting in the queue
+//    and failing later. An admitted entry is dropped only if it waits past
+//    `max_wait_factor` x target (or its deadline): the arrival decision is
+//    the one meant to hold, and estimation noise must not turn it into a
+//    late rejection after a wasted wait.
+//  * More critical traffic jumps ahead, so class c drains only at what the
+//    classes above it leave: rate_c = drain - sum over k > c of the rate
+//    at which k is granted permits. With that, lower classes are refused
+//    at arrival when the classes above them use all the capacity, instead
+//    of being admitted and then starved in the queue.
 //  * A full queue makes room for a more critical arrival by evicting the
 //    newest entry of the least critical class below it.
 //  * CoDel-style overload detection: if the minimum time spent queued over
@@ -39,6 +48,7 @@ namespace levee::core {
 struct QueueConfig {
   std::uint32_t max = 1024;
   Duration target = std::chrono::milliseconds(50);
+  double max_wait_factor = 2.0;
   Duration codel_target = std::chrono::milliseconds(5);
   Duration codel_interval = std::chrono::milliseconds(100);
   bool lifo_on_overload = false;
@@ -146,10 +156,12 @@ class QueueGate {
   std::uint32_t push(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie);
   void unlink(std::uint32_t i) noexcept;
   void roll_codel(TimePoint now) noexcept;
-  void note_grant(TimePoint now, Duration sojourn) noexcept;
+  void note_grant(TimePoint now, Duration sojourn, Criticality c) noexcept;
   Wake drop(std::uint32_t i, TimePoint now) noexcept;
   Wake grant(std::uint32_t i, TimePoint now) noexcept;
   Duration estimate_wait(TimePoint now, std::uint32_t ahead) noexcept;
+  /// Wait for class c: the drain rate left after the classes above it.
+  Duration estimate_wait(TimePoint now, std::uint32_t ahead, Criticality c) noexcept;
 
   QueueConfig cfg_;
   ConcurrencyLimit limit_;
@@ -167,6 +179,7 @@ class QueueGate {
   Ewma queue_time_;
   Ewma latency_;
   SlidingWindow<1> departures_;
+  SlidingWindow<kCriticalityCount> grants_;
 };
 
 // ---------------------------------------------------------------------------
@@ -181,13 +194,13 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
   if (in_flight_ < limit_.limit()) {
     // pump() left free slots only if the queue is empty.
     ++in_flight_;
-    note_grant(now, Duration::zero());
+    note_grant(now, Duration::zero(), c);
     return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero()};
   }
   std::uint32_t ahead = 0;
   for (std::size_t k = index(c) + 1; k < kCriticalityCount; ++k) ahead += lists_[k].size;
   if (!lifo()) ahead += lists_[index(c)].size;
-  const Duration wait = estimate_wait(now, ahead);
+  const Duration wait = estimate_wait(now, ahead + 1, c);
   const Duration budget = std::min(cfg_.target, deadline - now);
   if (wait > budget) {
     // Retry once the queue in front has drained.

@@ -6,6 +6,11 @@
 //   accepts:  attempts the backend accepted (did not reject for overload).
 // A new request is rejected locally with probability
 //   p = max(0, (requests - K * accepts) / (requests + 1)).
+//
+// A request counts when it is either rejected by this throttle or actually
+// attempted at the backend (on_response). Requests that a later local gate
+// sheds (quota, queue) were never offered to the backend: counting them
+// would read levee's own shedding as the backend refusing work.
 // With K = 2 the backend keeps seeing up to twice the traffic it accepts,
 // enough to notice recovery quickly, while the rest fails locally for free.
 //
@@ -44,17 +49,22 @@ class AdaptiveThrottle {
     return std::max(0.0, (req - cfg_.k * acc) / (req + 1.0));
   }
 
-  /// Counts the request and decides with the injected uniform draw u in [0,1).
+  /// Decides with the injected uniform draw u in [0,1); a rejection counts
+  /// as a request (an admitted one counts when it is attempted).
   Decision admit(Criticality c, TimePoint now, double u) noexcept {
     double p = probability(c, now);
-    requests_.add(now, index(c), 1.0);
-    if (u < p) return Decision::reject(Reason::Throttle, cfg_.retry_after, /*no_retry=*/true);
+    if (u < p) {
+      requests_.add(now, index(c), 1.0);
+      return Decision::reject(Reason::Throttle, cfg_.retry_after, /*no_retry=*/true);
+    }
     return Decision::admit();
   }
 
-  /// Called for every request that reached the backend: accepted unless the
-  /// backend rejected it for overload (429/503 or an overload marker).
+  /// Called for every attempt at the backend: accepted unless the backend
+  /// rejected it for overload (429/503 or an overload marker), failed to
+  /// answer (connect failure, timeout).
   void on_response(Criticality c, TimePoint now, bool accepted) noexcept {
+    requests_.add(now, index(c), 1.0);
     if (accepted) accepts_.add(now, index(c), 1.0);
   }
 

@@ -187,6 +187,8 @@ void Cluster::complete(const Completion& c) {
       core::QueueGate::Sample s{c.rtt, c.inflight_at_start, c.overload_answer};
       gate_.release(c.now, c.reached_backend ? &s : nullptr, sink);
     }
+    // Every attempt at the backend is a throttle "request"; it was accepted
+    // unless refused for overload or unanswered.
     throttle_.on_response(c.crit, c.now, c.reached_backend && !c.overload_answer);
     if (c.cost) quota_.record(c.tenant, c.crit, *c.cost, c.now);
     Endpoint& ep = *endpoints[c.endpoint];

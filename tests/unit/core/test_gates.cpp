@@ -54,14 +54,15 @@ TEST_CASE("executor thresholds never reject a higher criticality before a lower 
 TEST_CASE("throttle probability follows the SRE formula for every draw", "[throttle]") {
   AdaptiveThrottle t;  // K = 2
   SimClock clk;
-  // 100 requests, 20 accepted (u = 0.999 never rejects).
+  // 100 attempts, 20 accepted (u = 0.999 never rejects).
   for (int i = 0; i < 100; ++i) {
     REQUIRE(t.admit(Criticality::Critical, clk.now, 0.999).admitted());
     t.on_response(Criticality::Critical, clk.now, i < 20);
   }
+  CHECK(t.requests(Criticality::Critical, clk.now) == 100);
   const double p = (100.0 - 2 * 20) / (100.0 + 1);
   CHECK_THAT(t.probability(Criticality::Critical, clk.now), WithinAbs(p, 1e-12));
-  // Sweep the injected draw: rejected exactly when u < p (probability read before counting).
+  // Sweep the injected draw: rejected exactly when u < p.
   int rejected = 0;
   const int n = 1000;
   for (int i = 0; i < n; ++i) {
@@ -79,10 +80,25 @@ TEST_CASE("throttle probability follows the SRE formula for every draw", "[throt
 TEST_CASE("throttle stays quiet below its minimum volume", "[throttle]") {
   AdaptiveThrottle t;  // min_requests 20
   SimClock clk;
-  for (int i = 0; i < 19; ++i) REQUIRE(t.admit(Criticality::Critical, clk.now, 0.0).admitted());
+  for (int i = 0; i < 19; ++i) {
+    REQUIRE(t.admit(Criticality::Critical, clk.now, 0.0).admitted());
+    t.on_response(Criticality::Critical, clk.now, false);
+  }
   CHECK(t.probability(Criticality::Critical, clk.now) == 0.0);
-  t.admit(Criticality::Critical, clk.now, 0.999);
-  CHECK(t.probability(Criticality::Critical, clk.now) > 0.9);  // 20 requests, no accepts
+  t.on_response(Criticality::Critical, clk.now, false);
+  CHECK(t.probability(Criticality::Critical, clk.now) > 0.9);  // 20 attempts, no accepts
+}
+
+TEST_CASE("requests shed by later local gates do not count against the backend", "[throttle]") {
+  AdaptiveThrottle t;
+  SimClock clk;
+  // 10000 arrivals pass the throttle, but only 1000 are attempted (the queue
+  // gate shed the rest) and all of those are accepted.
+  for (int i = 0; i < 10000; ++i) {
+    REQUIRE(t.admit(Criticality::Sheddable, clk.now, 0.0).admitted());
+    if (i % 10 == 0) t.on_response(Criticality::Sheddable, clk.now, true);
+  }
+  CHECK(t.probability(Criticality::Sheddable, clk.now) == 0.0);
 }
 
 TEST_CASE("throttle never rejects while the backend accepts", "[throttle]") {
@@ -98,7 +114,7 @@ TEST_CASE("throttle never rejects while the backend accepts", "[throttle]") {
 TEST_CASE("throttle forgets after its window", "[throttle]") {
   AdaptiveThrottle t;
   SimClock clk;
-  for (int i = 0; i < 1000; ++i) t.admit(Criticality::Critical, clk.now, 0.999);
+  for (int i = 0; i < 1000; ++i) t.on_response(Criticality::Critical, clk.now, false);
   CHECK(t.probability(Criticality::Critical, clk.now) > 0.99);
   clk.advance(24h);
   CHECK(t.probability(Criticality::Critical, clk.now) == 0.0);
@@ -108,7 +124,7 @@ TEST_CASE("throttle forgets after its window", "[throttle]") {
 TEST_CASE("throttle rejections say don't retry", "[throttle]") {
   AdaptiveThrottle t;
   SimClock clk;
-  for (int i = 0; i < 100; ++i) t.admit(Criticality::Critical, clk.now, 0.999);
+  for (int i = 0; i < 100; ++i) t.on_response(Criticality::Critical, clk.now, false);
   auto d = t.admit(Criticality::Critical, clk.now, 0.0);
   CHECK(d.reason == Reason::Throttle);
   CHECK(d.no_retry);

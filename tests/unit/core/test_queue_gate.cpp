@@ -70,12 +70,12 @@ TEST_CASE("arrival is rejected at once when the estimated wait exceeds the targe
   SimClock clk;
   Collect s;
   // Establish a drain rate of 1000/s: 10 in flight, each taking 10 ms.
-  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
   for (int t = 0; t < 200; ++t) {
     clk.advance(1ms);
     QueueGate::Sample smp{10ms, 10, false};
     g.release(clk.now, &smp, s);
-    g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+    g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
   }
   CHECK(g.drain_rate(clk.now) > 800);
   CHECK(g.drain_rate(clk.now) < 1200);
@@ -101,6 +101,31 @@ TEST_CASE("arrival is rejected at once when the estimated wait exceeds the targe
   // One whose deadline already passed never queues.
   auto gone = g.arrive(clk.now, Criticality::CriticalPlus, clk.now, 1001, s);
   CHECK(gone.decision.reason == Reason::Deadline);
+}
+
+TEST_CASE("a class is refused at arrival while the classes above it take the capacity", "[queue]") {
+  QueueConfig qc;
+  qc.target = 50ms;
+  QueueGate g(qc, static_limit(10));
+  SimClock clk;
+  Collect s;
+  // CRITICAL_PLUS alone keeps the 10 permits busy at 1000/s for a second.
+  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::CriticalPlus, kFar, 0, s);
+  for (int t = 0; t < 1000; ++t) {
+    clk.advance(1ms);
+    QueueGate::Sample smp{10ms, 10, false};
+    g.release(clk.now, &smp, s);
+    g.arrive(clk.now, Criticality::CriticalPlus, kFar, 0, s);
+  }
+  // A SHEDDABLE request would wait for ever behind it: told so at once,
+  // even though it would be first in its own class.
+  g.arrive(clk.now, Criticality::Sheddable, kFar, 1, s);  // ahead = 0: queues
+  auto second = g.arrive(clk.now, Criticality::Sheddable, kFar, 2, s);
+  CHECK(second.outcome == Outcome::Rejected);
+  CHECK(second.decision.reason == Reason::QueueWait);
+  // CRITICAL_PLUS itself still queues: nothing is above it.
+  CHECK(g.arrive(clk.now, Criticality::CriticalPlus, kFar, 3, s).outcome == Outcome::Queued);
+  CHECK(g.arrive(clk.now, Criticality::CriticalPlus, kFar, 4, s).outcome == Outcome::Queued);
 }
 
 TEST_CASE("a full queue evicts the newest least critical entry for a more critical one", "[queue]") {
@@ -149,14 +174,18 @@ TEST_CASE("expired entries are dropped and never granted", "[queue]") {
   CHECK(s.wakes[0].decision.reason == Reason::Deadline);
   CHECK(s.wakes[1].cookie == 3);
   CHECK(s.wakes[1].granted);
-  // Now nothing waits; queue one more and let it pass its target.
+  // Now nothing waits; queue one more. Past the target it still waits (the
+  // arrival decision holds); past max_wait_factor x target it is dropped.
   s.wakes.clear();
   g.arrive(clk.now, Criticality::Critical, kFar, 4, s);
   clk.advance(60ms);
   g.pump(clk.now, s);
+  CHECK(s.wakes.empty());
+  clk.advance(50ms);
+  g.pump(clk.now, s);
   REQUIRE(s.wakes.size() == 1);
   CHECK(s.wakes[0].decision.reason == Reason::QueueTimeout);
-  CHECK(s.wakes[0].waited == 60ms);
+  CHECK(s.wakes[0].waited == 110ms);
 }
 
 TEST_CASE("cancel removes a queued entry; stale tickets cannot cancel reused slots", "[queue]") {
@@ -243,7 +272,7 @@ TEST_CASE("queue invariants hold on random operation sequences", "[queue][proper
       if (w.granted) {
         // An expired entry is never handed out.
         REQUIRE(queued[w.ticket] > clk.now);
-        REQUIRE(w.waited < qc.target);
+        REQUIRE(w.waited < qc.target * qc.max_wait_factor);
         ++held;
       }
       queued.erase(w.ticket);
