@@ -110,8 +110,11 @@ class Gen {
     // Let requests in flight finish (each has a deadline).
     double longest = 0;
     for (auto& c : o_.classes) longest = std::max(longest, c.deadline_s);
-    timer.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(longest + 0.5)));
-    co_await timer.async_wait(nothrow);
+    const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(longest + 0.5));
+    while (in_flight_ > 0 && Clock::now() < give_up) {
+      timer.expires_after(std::chrono::milliseconds(5));
+      co_await timer.async_wait(nothrow);
+    }
     idle_.clear();
   }
 
@@ -125,6 +128,11 @@ class Gen {
   }
 
   asio::awaitable<void> request(std::size_t ci, double arrival) {
+    ++in_flight_;
+    struct Done {
+      unsigned& n;
+      ~Done() { --n; }
+    } done{in_flight_};
     const RequestClass& rc = o_.classes[ci];
     const bool counted = arrival >= o_.warmup;
     ClassStats& cs = counted ? classes_[ci] : warmup_;  // one shared sink, not one per request
@@ -256,6 +264,7 @@ class Gen {
   Clock::time_point t0_;
   std::vector<std::unique_ptr<Conn>> idle_;
   unsigned open_ = 0;
+  unsigned in_flight_ = 0;
   ClassStats warmup_;
 };
 

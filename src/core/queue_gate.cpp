@@ -116,14 +116,22 @@ void QueueGate::roll_codel(TimePoint now) noexcept {
 }
 
 double QueueGate::drain_rate(TimePoint now) noexcept {
-  // Departures over the last second when there were enough to count;
+  // Departures over the last second when there were enough to count; else
+  // Little's law on the current limit; else nothing known.
+  double rate = 0.0;
   double n = departures_.sum(now, 0);
-  if (n >= 10) return n / to_seconds(departures_.span(now));
-  // Too few departures to measure: Little's law on the current limit.
-  if (latency_.initialized() && latency_.value() > 0) {
-    return static_cast<double>(std::max<std::uint32_t>(1, limit_.limit())) / latency_.value();
+  if (n >= 10) rate = n / to_seconds(departures_.span(now));
+  else if (latency_.initialized() && latency_.value() > 0)
+    rate = static_cast<double>(std::max<std::uint32_t>(1, limit_.limit())) / latency_.value();
+  // No permit back for `quiet` while some are held: at most in_flight/quiet.
+  if (in_flight_ > 0) {
+    const double quiet = to_seconds(now - last_departure_);
+    if (quiet > 0) {
+      const double bound = static_cast<double>(in_flight_) / quiet;
+      rate = rate > 0 ? std::min(rate, bound) : bound;
+    }
   }
-  return 0.0;
+  return rate;
 }
 
 Duration QueueGate::estimate_wait(TimePoint now, std::uint32_t ahead, Criticality c) noexcept {

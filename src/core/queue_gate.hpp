@@ -11,6 +11,10 @@
 //    `max_wait_factor` x target (or its deadline): the arrival decision is
 //    the one meant to hold, and estimation noise must not turn it into a
 //    late rejection after a wasted wait.
+//  * A silence is information: while permits are held and none has come
+//    back for time T, the drain rate is at most in_flight / T. So a cold
+//    start or a backend that hangs shows up in the estimate at once, and
+//    requests are refused at arrival rather than queued to time out.
 //  * More critical traffic jumps ahead, so class c drains only at what the
 //    classes above it leave: rate_c = drain - sum over k > c of the rate
 //    at which k is granted permits. With that, lower classes are refused
@@ -180,6 +184,8 @@ class QueueGate {
   Ewma latency_;
   SlidingWindow<1> departures_;
   SlidingWindow<kCriticalityCount> grants_;
+  TimePoint last_departure_{};  ///< or the start of the current busy period
+  bool seen_departure_ = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -193,6 +199,7 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
   }
   if (in_flight_ < limit_.limit()) {
     // pump() left free slots only if the queue is empty.
+    if (in_flight_ == 0) last_departure_ = now;  // a busy period starts
     ++in_flight_;
     note_grant(now, Duration::zero(), c);
     return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero()};
@@ -232,6 +239,8 @@ template <typename Sink>
 void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
   if (in_flight_ > 0) --in_flight_;
   departures_.add(now, 0, 1.0);
+  last_departure_ = now;
+  seen_departure_ = true;
   if (sample != nullptr) {
     latency_.update_weighted(to_seconds(sample->rtt), 0.05);
     limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped);

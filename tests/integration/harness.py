@@ -249,3 +249,20 @@ def tool(name):
 
 def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
+
+
+def run_loadgen(port, phases, classes, warmup="0s", extra=()):
+    """Runs levee-loadgen against 127.0.0.1:port and returns its JSON summary."""
+    args = [LOADGEN, "--target", f"127.0.0.1:{port}", "--phases", phases, "--warmup", warmup,
+            "--max-conns", "4000"]
+    for c in classes:
+        args += ["--class", c]
+    args += list(extra)
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise AssertionError(f"loadgen failed: {out.stderr}")
+    return json.loads(out.stdout)
+
+
+def by_class(summary):
+    return {c["name"]: c for c in summary["classes"]}

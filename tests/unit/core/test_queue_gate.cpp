@@ -103,6 +103,24 @@ TEST_CASE("arrival is rejected at once when the estimated wait exceeds the targe
   CHECK(gone.decision.reason == Reason::Deadline);
 }
 
+TEST_CASE("a silent backend shows in the estimate: cold start and hangs", "[queue]") {
+  QueueConfig qc;
+  qc.target = 10ms;
+  QueueGate g(qc, static_limit(1));
+  SimClock clk;
+  Collect s;
+  REQUIRE(g.arrive(clk.now, Criticality::Critical, kFar, 0, s).outcome == Outcome::Granted);
+  clk.advance(1ms);
+  // 1 ms into the first request nothing says it is slow: queue.
+  CHECK(g.arrive(clk.now, Criticality::Critical, kFar, 1, s).outcome == Outcome::Queued);
+  clk.advance(30ms);
+  // 31 ms without a permit coming back: at most ~32/s, a wait of 31 ms.
+  auto a = g.arrive(clk.now, Criticality::Critical, kFar, 2, s);
+  CHECK(a.outcome == Outcome::Rejected);
+  CHECK(a.decision.reason == Reason::QueueWait);
+  CHECK(g.drain_rate(clk.now) < 40);
+}
+
 TEST_CASE("a class is refused at arrival while the classes above it take the capacity", "[queue]") {
   QueueConfig qc;
   qc.target = 50ms;

@@ -1,0 +1,230 @@
+"""The admission pipeline in front of a fixed-capacity backend (issue 4)."""
+import socket
+import threading
+import time
+import unittest
+
+from harness import Backend, Levee, by_class, cluster, raw_exchange, run_loadgen, wait_until
+
+
+def static(limit, target="50ms", **extra):
+    d = {"concurrency": {"limit": limit}, "queue": {"target": target}}
+    d.update(extra)
+    return d
+
+
+class Criticality(unittest.TestCase):
+    def test_critical_plus_is_served_while_sheddable_is_shed(self):
+        # Capacity: 4 workers x 20 ms = 200/s. Offered: 1000/s, of which
+        # CRITICAL_PLUS is 50/s (a quarter of capacity).
+        be = Backend(self, workers=4, service="fixed:20ms")
+        lv = Levee(self, [cluster("app", [be.address], **static(4))])
+        s = run_loadgen(lv.port, "4s@1000", [
+            "name=cp,weight=5,criticality=CRITICAL_PLUS,deadline=1s",
+            "name=s,weight=95,criticality=SHEDDABLE,deadline=1s"], warmup="1s")
+        c = by_class(s)
+        self.assertEqual(c["cp"]["ok"], c["cp"]["offered"], c["cp"])
+        self.assertGreater(c["cp"]["offered"], 100)
+        self.assertGreater(c["s"]["rejected"], c["s"]["offered"] * 0.5)
+        self.assertEqual(c["s"]["timeouts"] + c["cp"]["timeouts"], 0)
+        # Everything the backend could do was done (within 10%).
+        self.assertGreater(s["total"]["goodput"], 180)
+        # Rejections are counted by reason, criticality and tenant.
+        self.assertGreater(lv.metric("levee_rejected_total", cluster="app", criticality="SHEDDABLE"), 0)
+        self.assertEqual(lv.metric("levee_rejected_total", cluster="app", criticality="CRITICAL_PLUS"), 0)
+        # The backend's own queue stayed short: levee kept the excess.
+        self.assertLessEqual(be.stats()["max_queued"], 4)
+
+    def test_invalid_criticality_is_400_and_header_is_forwarded(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])])
+        status, headers, body = lv.request("GET", "/", headers={"x-criticality": "URGENT"})
+        self.assertEqual(status, 400)
+        self.assertEqual(headers["x-levee-error"], "bad_criticality")
+        self.assertIn(b"CRITICAL_PLUS", body)
+        _, _, body = lv.request("GET", "/headers", headers={"x-criticality": "sheddable_plus"})
+        self.assertIn("x-criticality: sheddable_plus", body.decode().lower())
+
+
+class Rejections(unittest.TestCase):
+    def test_retry_after_is_present_and_varies(self):
+        be = Backend(self, workers=1, service="fixed:300ms")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="10ms"))])
+        # Hold the one slot, then collect rejections.
+        holder = threading.Thread(target=lambda: lv.request("GET", "/"))
+        holder.start()
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        values = []
+        for _ in range(40):
+            status, headers, body = lv.request("GET", "/")
+            if status == 503:
+                self.assertIn(headers["x-levee-reject"], ("queue_wait", "queue_timeout"))
+                self.assertIn("retry-after", headers)
+                values.append(int(headers["retry-after"]))
+                self.assertEqual(body, b"overloaded: " + headers["x-levee-reject"].encode() + b"\n")
+        holder.join()
+        self.assertGreater(len(values), 20)
+        self.assertTrue(all(v >= 1 for v in values))
+        self.assertGreater(len(set(values)), 1, f"Retry-After never varied: {values}")
+
+    def test_disconnected_and_expired_requests_never_reach_the_backend(self):
+        be = Backend(self, workers=1, service="fixed:400ms")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
+                   routes=[{"cluster": "app", "timeout": "10s"}])
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder"}))
+        holder.start()
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        # A client that gives up while queued.
+        s = socket.create_connection(("127.0.0.1", lv.port))
+        s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nx-test-id: gone\r\n\r\n")
+        wait_until(lambda: lv.metric("levee_cluster_queue_depth", cluster="app") >= 1, what="queued")
+        s.close()
+        wait_until(lambda: lv.metric("levee_cluster_queue_depth", cluster="app") == 0, what="left the queue")
+        # A request whose deadline passes while it waits.
+        t0 = time.monotonic()
+        status, headers, _ = lv.request("GET", "/", headers={"x-test-id": "expired", "x-request-timeout-ms": "150"})
+        self.assertIn(status, (503, 504))
+        self.assertIn(headers["x-levee-reject"], ("deadline", "queue_wait", "queue_timeout"))
+        self.assertLess(time.monotonic() - t0, 0.35)
+        holder.join()
+        # The slot is free again: a new request is served, the other two never were.
+        self.assertEqual(lv.request("GET", "/", headers={"x-test-id": "after"})[0], 200)
+        self.assertTrue(be.seen("holder"))
+        self.assertTrue(be.seen("after"))
+        self.assertFalse(be.seen("gone"))
+        self.assertFalse(be.seen("expired"))
+        self.assertEqual(be.stats()["expired_on_arrival"], 0)
+
+    def test_deadline_is_forwarded_as_the_remaining_budget(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])])
+        _, _, body = lv.request("GET", "/headers", headers={"x-request-timeout-ms": "800"})
+        line = [l for l in body.decode().lower().splitlines() if l.startswith("x-request-timeout-ms:")][0]
+        self.assertLessEqual(int(line.split(":")[1]), 800)
+        self.assertGreater(int(line.split(":")[1]), 700)
+        _, _, body = lv.request("GET", "/headers", headers={"grpc-timeout": "2S"})
+        text = body.decode().lower()
+        self.assertRegex(text, r"grpc-timeout: (19\d\dm|1\d{6}u)")
+
+    def test_dry_run_counts_but_serves(self):
+        be = Backend(self, workers=2, service="fixed:50ms")
+        lv = Levee(self, [cluster("app", [be.address], concurrency={"limit": 1, "dry_run": True},
+                                  queue={"target": "1ms"})])
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(lv.request("GET", "/")[0])) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [200] * 8)
+        self.assertGreater(lv.metric("levee_dry_run_rejections_total", cluster="app"), 0)
+        self.assertEqual(lv.metric("levee_rejected_total"), 0)
+
+
+class Quotas(unittest.TestCase):
+    def quota_levee(self, be, enforce="overload"):
+        return Levee(self, [cluster("app", [be.address], **static(4, target="50ms",
+                                                                  overload={"utilization": 0.8, "queue_time": "5ms"}))],
+                     extra={"tenants": {"source": {"header": "x-tenant-id", "trusted_networks": ["127.0.0.0/8"]},
+                                        "quotas": {"default": 0.5, "heavy": 0.05, "light": 5.0},
+                                        "enforce": enforce, "window": "5s"}})
+
+    def test_tenant_over_quota_is_rejected_only_while_overloaded(self):
+        # 4 workers x 20 ms: capacity 200/s; each request costs 0.02 CPU-s.
+        be = Backend(self, workers=4, service="fixed:20ms")
+        lv = self.quota_levee(be)
+        # Below capacity: heavy uses 40/s x 0.02 = 0.8 CPU-s/s, 16x its quota,
+        # yet nothing is overloaded, so nothing is rejected.
+        calm = run_loadgen(lv.port, "3s@100", ["name=heavy,weight=2,tenant=heavy,deadline=2s",
+                                               "name=light,weight=3,tenant=light,deadline=2s"])
+        self.assertEqual(calm["total"]["rejected"], 0, calm["total"])
+        self.assertGreater(lv.metric("levee_tenant_usage_cpu_seconds_per_second", tenant="heavy"), 0.3)
+        # Overloaded: 3x capacity. The heavy tenant gets 429 tenant_quota; the
+        # light one cannot use more than the backend's 4 CPU-s/s, under its
+        # quota of 5, so it never does.
+        hot = run_loadgen(lv.port, "4s@600", ["name=heavy,weight=1,tenant=heavy,criticality=CRITICAL,deadline=2s",
+                                              "name=light,weight=1,tenant=light,criticality=CRITICAL,deadline=2s"],
+                          warmup="1s")
+        c = by_class(hot)
+        self.assertGreater(c["heavy"]["reasons"].get("tenant_quota", 0), 100, c["heavy"])
+        self.assertNotIn("tenant_quota", c["light"]["reasons"], c["light"])
+        self.assertGreater(c["light"]["ok"], c["heavy"]["ok"])
+        self.assertGreater(lv.metric("levee_rejected_total", reason="tenant_quota", tenant="heavy"), 100)
+        self.assertEqual(lv.metric("levee_rejected_total", reason="tenant_quota", tenant="light"), 0)
+
+    def test_tenant_header_only_from_trusted_networks_and_api_keys(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])],
+                   extra={"tenants": {"source": {"header": "x-tenant-id", "trusted_networks": ["10.0.0.0/8"],
+                                                 "api_keys": {"header": "x-api-key", "keys": {"k-1": "gold"}}},
+                                      "quotas": {"default": 0.5, "gold": 4.0, "sneaky": 9.0}}})
+        lv.request("GET", "/", headers={"x-tenant-id": "sneaky"})  # 127.0.0.1 is not trusted
+        lv.request("GET", "/", headers={"x-api-key": "k-1"})
+        lv.request("GET", "/", headers={"x-tenant-id": "made-up"})
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="sneaky"), 0)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="gold"), 1)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="default"), 2)
+
+
+class BackendSignals(unittest.TestCase):
+    def test_throttle_sheds_locally_when_the_backend_refuses(self):
+        be = Backend(self, workers=8, service="fixed:1ms")
+        be.admin("fail?status=503&rate=1")
+        lv = Levee(self, [cluster("app", [be.address], retry={"enabled": False})])
+        statuses = []
+        for _ in range(150):
+            status, headers, _ = lv.request("GET", "/")
+            statuses.append((status, headers.get("x-levee-reject"), headers.get("x-levee-no-retry")))
+        throttled = [s for s in statuses if s[1] == "throttle"]
+        self.assertGreater(len(throttled), 40)
+        self.assertTrue(all(s[0] == 503 and s[2] == "1" for s in throttled))
+        # The backend saw only part of the traffic.
+        self.assertLess(be.stats()["work_requests"], 150 - 40)
+
+    def test_retry_storm_is_answered_with_dont_retry(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address], retry={"storm_share": 0.2})])
+        for _ in range(30):
+            lv.request("GET", "/")
+        answers = [lv.request("GET", "/", headers={"x-attempt-count": "3"}) for _ in range(30)]
+        storm = [h for s, h, _ in answers if h.get("x-levee-reject") == "retry_storm"]
+        self.assertGreater(len(storm), 10)
+        self.assertTrue(all(h.get("x-levee-no-retry") == "1" for h in storm))
+        # First attempts are never turned away for it.
+        self.assertEqual(lv.request("GET", "/")[0], 200)
+
+    def test_unparseable_load_reports_are_counted_and_ignored(self):
+        be = Backend(self, extra=["--orca", "garbage"])
+        lv = Levee(self, [cluster("app", [be.address])])
+        for _ in range(5):
+            self.assertEqual(lv.request("GET", "/")[0], 200)
+        self.assertEqual(lv.metric("levee_load_report_errors_total", cluster="app"), 5)
+
+    def test_json_load_reports_feed_utilization(self):
+        be = Backend(self, workers=2, service="fixed:5ms", extra=["--orca", "json"])
+        lv = Levee(self, [cluster("app", [be.address])])
+        for _ in range(10):
+            lv.request("GET", "/")
+        self.assertGreater(lv.metric("levee_endpoint_utilization", cluster="app"), 0)
+        self.assertEqual(lv.metric("levee_load_report_errors_total", cluster="app"), 0)
+
+
+class SelfProtection(unittest.TestCase):
+    def test_executor_load_sheds_sheddable_before_critical_plus(self):
+        be = Backend(self)
+        # Thresholds chosen so that any activity crosses SHEDDABLE's.
+        lv = Levee(self, [cluster("app", [be.address])], extra={"self_protection": {
+            "time_constant": "20ms", "sample_interval": "1ms",
+            "thresholds": {"SHEDDABLE": 0.0, "SHEDDABLE_PLUS": 50, "CRITICAL": 50, "CRITICAL_PLUS": 50}}})
+
+        def sheddable_rejected():
+            status, headers, _ = lv.request("GET", "/", headers={"x-criticality": "SHEDDABLE"})
+            return status == 503 and headers.get("x-levee-reject") == "executor_overload"
+        wait_until(sheddable_rejected, timeout=10, what="executor_overload for SHEDDABLE")
+        for _ in range(20):
+            self.assertEqual(lv.request("GET", "/", headers={"x-criticality": "CRITICAL_PLUS"})[0], 200)
+        self.assertGreater(lv.metric("levee_rejected_total", reason="executor_overload", criticality="SHEDDABLE"), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
