@@ -76,8 +76,9 @@ struct SelfProtectionConfig {
   Duration time_constant = 1s;
   std::array<double, core::kCriticalityCount> thresholds = {0.8, 0.9, 1.0, 1.2};
   /// Above this executor load, responses carry `Connection: close` so idle
-  /// keep-alive connections drain (0 disables).
-  double close_connections_above = 0.9;
+  /// keep-alive connections drain (0 disables). Above 1.0 on purpose: a
+  /// merely busy levee closing busy connections only adds handshakes.
+  double close_connections_above = 1.1;
   HostCpuConfig host_cpu;
 };
 

@@ -684,6 +684,7 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
       read_double(ctx, am.take("alpha"), am.sub("alpha"), a.alpha, 0.0, 10.0);
       read_double(ctx, am.take("beta"), am.sub("beta"), a.beta, 0.0, 10.0);
       read_duration(ctx, am.take("probe_interval"), am.sub("probe_interval"), a.probe_interval, milliseconds(100), hours(1));
+      read_duration(ctx, am.take("rtt_tolerance"), am.sub("rtt_tolerance"), a.rtt_tolerance, Duration::zero(), std::chrono::seconds(10));
       if (a.min > a.max) ctx.error(an, am.path(), "min must not exceed max");
       if (a.alpha > a.beta) ctx.error(an, am.path(), "alpha must not exceed beta");
       if (!am.has("initial")) a.initial = std::clamp<std::uint32_t>(20, a.min, a.max);

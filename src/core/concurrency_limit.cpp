@@ -109,14 +109,15 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
     next = l * 0.9;
   } else if (smoothed_ > 0 && noload_ > 0) {
     const double rtt = smoothed_;
-    const double queue = l * (1.0 - noload_ / rtt);
+    const double floor = noload_ + to_seconds(a.rtt_tolerance);
+    const double queue = rtt > floor ? l * (1.0 - floor / rtt) : 0.0;
     const double noise = std::sqrt(variance_) / rtt;  // relative spread of averages
     const double lo = std::max(1.0, a.alpha * l);
     const double hi = std::max({3.0, a.beta * l, 3.0 * noise * l});
     if (queue > hi) {
       // l * noload/rtt estimates the backend's own concurrency; keep the
       // middle of the target queue on top of it. Move half way to damp noise.
-      const double target = l * noload_ / rtt + (lo + hi) / 2.0;
+      const double target = l * floor / rtt + (lo + hi) / 2.0;
       next = l + (target - l) * 0.5;
     } else if (queue < lo && used >= static_cast<std::uint32_t>(l * 0.8)) {
       next = l + std::max(1.0, std::sqrt(l));

@@ -12,6 +12,8 @@
 //   - if queue > beta*L: moves half way to N + headroom (the estimate);
 //   - if queue < alpha*L and the limit was actually used: grows by sqrt(L);
 //   - otherwise holds.
+// Growth within an absolute tolerance (default 1 ms) does not count as a
+// queue at all: for very fast backends it is the proxy's own scheduling.
 // Service times vary, so window averages are noisy; noise must not read as
 // queueing (which would pin the limit low and starve the backend). The
 // controller tracks the spread of window averages and never decreases on a
@@ -52,6 +54,10 @@ struct AdaptiveLimitConfig {
   double alpha = 0.05;
   double beta = 0.20;
   Duration probe_interval = std::chrono::seconds(10);
+  /// Latency growth below this is not read as backend queueing. Against a
+  /// backend answering in tens of microseconds, the proxy's own scheduling
+  /// noise is larger than any queue inside the backend.
+  Duration rtt_tolerance = std::chrono::milliseconds(1);
 };
 
 struct ConcurrencyLimitConfig {

@@ -169,8 +169,7 @@ bool named_in_connection(const std::vector<Field>& fields, std::string_view name
   return false;
 }
 
-void append_chunk_header(std::string& out, std::size_t n) {
-  char buf[24];
+std::size_t chunk_header(char* buf, std::size_t n) noexcept {
   int len = 0;
   char tmp[20];
   do {
@@ -178,11 +177,16 @@ void append_chunk_header(std::string& out, std::size_t n) {
     tmp[len++] = static_cast<char>(d < 10 ? '0' + d : 'a' + d - 10);
     n >>= 4;
   } while (n);
-  int i = 0;
+  std::size_t i = 0;
   while (len) buf[i++] = tmp[--len];
   buf[i++] = '\r';
   buf[i++] = '\n';
-  out.append(buf, static_cast<std::size_t>(i));
+  return i;
+}
+
+void append_chunk_header(std::string& out, std::size_t n) {
+  char buf[24];
+  out.append(buf, chunk_header(buf, n));
 }
 
 }  // namespace levee::proxy

@@ -9,11 +9,13 @@
 // already removed) and streamed on in fixed-size pieces.
 #pragma once
 
+#include <boost/asio/buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/verb.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -201,5 +203,27 @@ bool named_in_connection(const std::vector<Field>& fields, std::string_view name
 
 /// Appends chunked framing for one piece of body data.
 void append_chunk_header(std::string& out, std::size_t n);
+
+/// Writes the chunk-size line for n into buf (at least 20 bytes); returns its length.
+std::size_t chunk_header(char* buf, std::size_t n) noexcept;
+
+/// A buffer sequence of at most 6 pieces on the stack: a head, a chunk
+/// header, data, CRLF and the last-chunk marker fit without allocating.
+class Buffers {
+ public:
+  using value_type = boost::asio::const_buffer;
+  using const_iterator = const boost::asio::const_buffer*;
+  void push(boost::asio::const_buffer b) noexcept {
+    if (b.size() > 0 && n_ < bufs_.size()) bufs_[n_++] = b;
+  }
+  const_iterator begin() const noexcept { return bufs_.data(); }
+  const_iterator end() const noexcept { return bufs_.data() + n_; }
+  bool empty() const noexcept { return n_ == 0; }
+  void clear() noexcept { n_ = 0; }
+
+ private:
+  std::array<boost::asio::const_buffer, 6> bufs_{};
+  std::size_t n_ = 0;
+};
 
 }  // namespace levee::proxy

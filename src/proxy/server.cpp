@@ -155,7 +155,7 @@ void Server::sample_load() {
   const double load = executor_.load();
   rt_->executor_load.store(load, std::memory_order_relaxed);
   for (auto c : core::kAllCriticalities) rt_->executor_over[core::index(c)].store(executor_.over(c), std::memory_order_relaxed);
-  rt_->close_connections.store(sp.close_connections_above > 0 && load > sp.close_connections_above,
+  rt_->close_connections.store(sp.enabled && sp.close_connections_above > 0 && load > sp.close_connections_above,
                                std::memory_order_relaxed);
   load_timer_.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(sp.sample_interval));
   load_timer_.async_wait([this](error_code ec) {

@@ -437,17 +437,29 @@ asio::awaitable<int> Session::wait_in_queue(Request& rq, Cluster& c, core::Queue
   have_wake_ = false;
   client_gone_ = false;
   set_deadline(TimePoint::max(), Phase::Queue);
-  if (in_.empty()) watch_client();
-  // The gate drops entries past their deadline or target when it next looks;
-  // this timer makes sure we look even if nothing else happens.
-  const TimePoint give_up = std::min(rq.deadline, rq.start + c.cfg.admission.queue.target) + std::chrono::milliseconds(1);
-  wait_timer_.expires_at(to_steady(give_up));
+  // The gate drops entries past their deadline or max wait when it next
+  // looks; this timer makes sure we look even if nothing else happens.
+  const auto& qc = c.cfg.admission.queue;
+  const auto grace = std::chrono::duration_cast<Duration>(qc.target * std::max(1.0, qc.max_wait_factor));
+  const TimePoint give_up = std::min(rq.deadline, rq.start + grace) + std::chrono::milliseconds(1);
+  // Most waits are short; watching the client costs a reactor re-arm, so
+  // it starts only once the wait has lasted a while. A client that leaves
+  // sooner costs at most the one request it abandoned.
+  const TimePoint watch_from = rq.start + std::chrono::milliseconds(10);
+  bool watching = false;
+  wait_timer_.expires_at(to_steady(std::min(give_up, watch_from)));
   int result = 0;
   for (;;) {
     co_await wait_timer_.async_wait(nothrow);
     if (have_wake_) {
       result = wake_.granted ? (client_gone_ ? 3 : 0) : 1;
       break;
+    }
+    if (!watching && !client_gone_ && now() < give_up) {
+      watching = true;
+      if (in_.empty()) watch_client();
+      wait_timer_.expires_at(to_steady(give_up));
+      continue;
     }
     if (c.cancel(t, now())) {
       if (client_gone_) {
@@ -462,16 +474,18 @@ asio::awaitable<int> Session::wait_in_queue(Request& rq, Cluster& c, core::Queue
     // Granted or dropped at the same moment: the wake is already posted.
     wait_timer_.expires_at(asio::steady_timer::time_point::max());
   }
-  watching_client_ = false;
-  ++watch_client_gen_;
-  error_code ec;
-  down_.cancel(ec);  // the readiness wait, if any
+  if (watching) {
+    watching_client_ = false;
+    ++watch_client_gen_;
+    error_code ec;
+    down_.cancel(ec);  // the readiness wait
+  }
   co_return result;
 }
 
 // --- local answers ----------------------------------------------------------
 
-asio::awaitable<bool> Session::write_down(const std::vector<asio::const_buffer>& bufs, Request& rq) {
+asio::awaitable<bool> Session::write_down(const Buffers& bufs, Request& rq) {
   set_deadline(now() + l_.cfg.body_timeout, Phase::Write);
   auto [ec, n] = co_await asio::async_write(down_, bufs, nothrow);
   rq.tx += n;
@@ -506,7 +520,8 @@ asio::awaitable<bool> Session::reject(Request& rq, const Decision& d) {
   out.append(body);
   out.append(core::to_string(d.reason));
   out.push_back('\n');
-  std::vector<asio::const_buffer> bufs{asio::buffer(out)};
+  Buffers bufs;
+  bufs.push(asio::buffer(out));
   bool ok = co_await write_down(bufs, rq);
   finish(rq);
   co_return ok && !close;
@@ -542,7 +557,8 @@ asio::awaitable<bool> Session::local_reply(Request& rq, Reason r, std::string_vi
     out.append(detail);
   }
   out.push_back('\n');
-  std::vector<asio::const_buffer> bufs{asio::buffer(out)};
+  Buffers bufs;
+  bufs.push(asio::buffer(out));
   bool ok = co_await write_down(bufs, rq);
   finish(rq);
   co_return ok && !close;
@@ -733,7 +749,8 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
     if (info.expect_continue && !p.is_done() && !rq.sent_continue) {
       rq.sent_continue = true;
       static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-      std::vector<asio::const_buffer> cont_bufs{asio::buffer(cont)};
+      Buffers cont_bufs;
+      cont_bufs.push(asio::buffer(cont));
       if (!co_await write_down(cont_bufs, rq)) {
         up_.reset();
         co_return false;
@@ -744,21 +761,20 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
     set_deadline(std::min(rq.deadline, now() + cc.response_timeout), Phase::Upstream);
     const TimePoint sent_at = now();
     {
-      std::vector<asio::const_buffer> bufs;
-      std::string chunk_head;
-      bufs.push_back(asio::buffer(out));
+      Buffers bufs;
+      char chunk_head[24];
+      bufs.push(asio::buffer(out));
       auto body = ex.req_body.data();
       if (!body.empty()) {
         if (req_chunked) {
-          append_chunk_header(chunk_head, body.size());
-          bufs.push_back(asio::buffer(chunk_head));
-          bufs.push_back(asio::buffer(body));
-          bufs.push_back(asio::buffer("\r\n", 2));
+          bufs.push(asio::buffer(chunk_head, chunk_header(chunk_head, body.size())));
+          bufs.push(asio::buffer(body));
+          bufs.push(asio::buffer("\r\n", 2));
         } else {
-          bufs.push_back(asio::buffer(body));
+          bufs.push(asio::buffer(body));
         }
       }
-      if (req_chunked && p.is_done()) bufs.push_back(asio::buffer("0\r\n\r\n", 5));
+      if (req_chunked && p.is_done()) bufs.push(asio::buffer("0\r\n\r\n", 5));
       auto [ec, n] = co_await asio::async_write(up_->sock, bufs, nothrow);
       if (ec) {
         up_.reset();
@@ -791,21 +807,20 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
         const bool flush = ex.req_body.size() > 0 && (ex.req_body.full() || p.is_done() || in_.empty());
         const bool terminate = req_chunked && p.is_done() && !terminated;
         if (flush || terminate) {
-          std::string chunk_head;
-          std::vector<asio::const_buffer> bufs;
+          char chunk_head[24];
+          Buffers bufs;
           auto body = ex.req_body.data();
           if (!body.empty()) {
             if (req_chunked) {
-              append_chunk_header(chunk_head, body.size());
-              bufs.push_back(asio::buffer(chunk_head));
-              bufs.push_back(asio::buffer(body));
-              bufs.push_back(asio::buffer("\r\n", 2));
+              bufs.push(asio::buffer(chunk_head, chunk_header(chunk_head, body.size())));
+              bufs.push(asio::buffer(body));
+              bufs.push(asio::buffer("\r\n", 2));
             } else {
-              bufs.push_back(asio::buffer(body));
+              bufs.push(asio::buffer(body));
             }
           }
           if (terminate) {
-            bufs.push_back(asio::buffer("0\r\n\r\n", 5));
+            bufs.push(asio::buffer("0\r\n\r\n", 5));
             terminated = true;
           }
           set_deadline(std::min(rq.deadline, now() + l_.cfg.body_timeout), Phase::Upstream);
@@ -983,25 +998,23 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
     out.append("\r\n");
 
     rq.status = status;
-    std::string chunk_head;
+    char chunk_head[24];
     bool terminated = false;
     auto write_piece = [&](bool head) -> asio::awaitable<bool> {
-      std::vector<asio::const_buffer> bufs;
-      if (head) bufs.push_back(asio::buffer(out));
+      Buffers bufs;
+      if (head) bufs.push(asio::buffer(out));
       auto body = rp_sink.data();
-      chunk_head.clear();
       if (!body.empty()) {
         if (client_chunked) {
-          append_chunk_header(chunk_head, body.size());
-          bufs.push_back(asio::buffer(chunk_head));
-          bufs.push_back(asio::buffer(body));
-          bufs.push_back(asio::buffer("\r\n", 2));
+          bufs.push(asio::buffer(chunk_head, chunk_header(chunk_head, body.size())));
+          bufs.push(asio::buffer(body));
+          bufs.push(asio::buffer("\r\n", 2));
         } else {
-          bufs.push_back(asio::buffer(body));
+          bufs.push(asio::buffer(body));
         }
       }
       if (client_chunked && rp.is_done() && !terminated) {
-        bufs.push_back(asio::buffer("0\r\n\r\n", 5));
+        bufs.push(asio::buffer("0\r\n\r\n", 5));
         terminated = true;
       }
       if (bufs.empty()) co_return true;

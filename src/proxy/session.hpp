@@ -39,7 +39,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Waite
                                            bool close = false);
   boost::asio::awaitable<int> wait_in_queue(Request& rq, Cluster& c, core::QueueGate::Ticket t);
   boost::asio::awaitable<bool> proxy(Request& rq, Cluster& c);
-  boost::asio::awaitable<bool> write_down(const std::vector<boost::asio::const_buffer>& bufs, Request& rq);
+  boost::asio::awaitable<bool> write_down(const Buffers& bufs, Request& rq);
   void finish(Request& rq);
   boost::asio::awaitable<void> lingering_close();
 

@@ -153,6 +153,10 @@ std::unique_ptr<UpstreamConn> Worker::take_idle(std::size_t c, std::size_t e, Ti
     if (t - conn->idle_since >= idle_timeout) continue;
     // A peer that closed while we were idle shows up as EOF (or data it
     // should not have sent): either way the connection is not reusable.
+    // Servers close idle connections after seconds, not milliseconds, so a
+    // connection back in the pool for less than a second skips the syscall
+    // (the rare miss is retried on a fresh connection by the session).
+    if (t - conn->idle_since < std::chrono::seconds(1)) return conn;
     char b;
     ssize_t n = ::recv(conn->sock.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return conn;

@@ -77,7 +77,10 @@ class Worker {
   void stop();
   void join();
 
-  boost::asio::io_context ctx{1};
+  // Every socket and timer of a worker is used on its thread only, so the
+  // reactor's per-descriptor locks are dropped; the scheduler keeps its
+  // lock because other threads post wake-ups and probes here.
+  boost::asio::io_context ctx{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   Server& server;
   const std::size_t index;
   std::shared_ptr<Runtime> rt;
