@@ -108,11 +108,11 @@ if [ "$codename" = bookworm ]; then
 fi
 
 if [ "$want_test" -eq 1 ]; then
-  test_pkgs=(curl redis-server haproxy nginx-light wrk nghttp2-client prometheus
+  test_pkgs=(curl redis-server haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
              python3 openssl procps iproute2)
   apt_install "${test_pkgs[@]}"
 fi
 if [ "$want_bench" -eq 1 ]; then
-  apt_install python3-matplotlib gnuplot-nox
+  apt_install python3-matplotlib python3-yaml
 fi
 exit 0

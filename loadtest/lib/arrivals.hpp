@@ -71,17 +71,22 @@ class Arrivals {
       const Phase& p = phases_[phase_];
       const double end = phase_start_ + p.seconds;
       if (p.rate > 0) {
-        const double gap = poisson_ ? -std::log(std::max(1e-12, 1.0 - u)) / p.rate : 1.0 / p.rate;
-        const double t = started_ ? t_ + gap : phase_start_ + (poisson_ ? gap : 0.0);
-        if (t < end) {
+        // Constant rate: the k-th arrival at start + k/rate, computed, not
+        // accumulated, so rounding cannot add an arrival at a phase's end.
+        const double t = poisson_
+            ? (started_ ? t_ : phase_start_) - std::log(std::max(1e-12, 1.0 - u)) / p.rate
+            : phase_start_ + static_cast<double>(k_) / p.rate;
+        if (t < end - 1e-9) {
           t_ = t;
           started_ = true;
+          ++k_;
           return t_;
         }
       }
       phase_start_ = end;
       ++phase_;
       started_ = false;
+      k_ = 0;
     }
     return std::nullopt;
   }
@@ -92,6 +97,7 @@ class Arrivals {
   std::size_t phase_ = 0;
   double phase_start_ = 0;
   double t_ = 0;
+  std::uint64_t k_ = 0;
   bool started_ = false;
 };
 

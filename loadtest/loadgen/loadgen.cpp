@@ -224,7 +224,9 @@ class Gen {
       std::string reason;
       if (auto it = res.find("x-levee-reject"); it != res.end()) reason = std::string(it->value());
       else reason = "status_" + std::to_string(status);
-      if (first_rejection && overload) {
+      // Any non-2xx answer turned the request away (levee and HAProxy say
+      // 503/429; nginx says 502): time the first one.
+      if (first_rejection) {
         cs.rej_latency.record(lat_us);
         first_rejection = false;
       }

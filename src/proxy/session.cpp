@@ -998,6 +998,22 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
     out.append("\r\n");
 
     rq.status = status;
+    // A response that arrived whole (the common case for small ones) frees
+    // the backend now: return the permit and the connection before writing
+    // to the client, so the next queued request is on its way sooner.
+    bool accounted = false;
+    auto account = [&](TimePoint at, bool upstream_ok) {
+      if (accounted) return;
+      accounted = true;
+      c.complete({rq.crit, rq.tenant, at, head_at - sent_at, rq.inflight_at_start, true, overload_answer,
+                  status >= 500 || !upstream_ok, true, report.cost_cpu, report.utilization(), epi});
+      rq.permit.release();
+      if (upstream_ok && rp.is_done() && rp.keep_alive() && p.is_done() && up_->buf.empty())
+        w_.put_idle(std::move(up_), at);
+      else
+        up_.reset();
+    };
+    if (rp.is_done()) account(head_at, true);
     char chunk_head[24];
     bool terminated = false;
     auto write_piece = [&](bool head) -> asio::awaitable<bool> {
@@ -1061,16 +1077,13 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
 
     const TimePoint end = now();
     const bool complete = upstream_ok && rp.is_done();
-    c.complete({rq.crit, rq.tenant, end, head_at - sent_at, rq.inflight_at_start, true, overload_answer,
-                status >= 500 || !upstream_ok, true, report.cost_cpu, report.utilization(), epi});
-    rq.permit.release();
+    // Streamed responses are accounted at their end; the connection goes
+    // back to the pool only if both messages ended cleanly.
+    account(end, upstream_ok);
     if (!upstream_ok) {
       m.upstream_errors.inc(shard, m.upstream_errors.index({epm, timed_out_ ? 2u : 1u}));
       rq.reason = timed_out_ ? Reason::UpstreamTimeout : Reason::UpstreamReset;
     }
-    // Return the upstream connection only if both messages ended cleanly.
-    if (complete && rp.keep_alive() && p.is_done() && up_->buf.empty()) w_.put_idle(std::move(up_), end);
-    else up_.reset();
     finish(rq);
     co_return client_ok && complete && !close_after;
   }

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The proxy-overhead benchmark (issue 2): the same small-response workload
+(wrk, keep-alive, 50 connections) directly against a backend, through levee,
+through HAProxy and through nginx, one worker each, in one run.
+
+    python3 loadtest/overhead.py [--seconds 10] [--repeat 3] [--connections 50]
+
+The backend is nginx answering `return 200 "ok"` (the cheapest server at
+hand, so it is not the bottleneck). On a 2+ CPU machine the proxy gets CPU 0
+to itself and wrk and the backend share CPU 1; every proxy sees the same
+conditions. Each proxy runs `--repeat` times, interleaved; medians are
+printed with ratios to HAProxy. levee runs with its shipped defaults except
+that the access log is off, as it is for HAProxy and nginx.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import BUILD, Procs, free_port, machine, pin, wait_port  # noqa: E402
+
+
+def wrk(port, seconds, conns):
+    out = subprocess.run(pin("1") + ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
+                                     f"http://127.0.0.1:{port}/"], capture_output=True, text=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
+
+    def lat(p):
+        m = re.search(rf"\s{p}%\s+([0-9.]+)(us|ms|s)", out)
+        v = float(m.group(1))
+        return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return {"rps": rps, "p50_ms": lat(50), "p99_ms": lat(99), "non2xx": int(non2xx.group(1)) if non2xx else 0}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    for tool in ("wrk", "nginx", "haproxy"):
+        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+            sys.exit(f"{tool} is needed (scripts/deps.sh --test installs it)")
+    procs = Procs()
+    try:
+        be = free_port()
+        with open(os.path.join(procs.dir, "be.conf"), "w") as f:
+            f.write(f"""daemon off; worker_processes 1; pid {procs.dir}/be.pid; error_log {procs.dir}/be.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{be}; location / {{ return 200 "ok\\n"; }} }} }}
+""")
+        procs.start(pin("1") + ["nginx", "-p", procs.dir, "-c", os.path.join(procs.dir, "be.conf")], "backend")
+        wait_port(be)
+        ports = {"direct": be}
+        hp = free_port()
+        with open(os.path.join(procs.dir, "haproxy.cfg"), "w") as f:
+            f.write(f"""global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:{hp}
+  default_backend be
+backend be
+  http-reuse always
+  server s1 127.0.0.1:{be}
+""")
+        procs.start(pin("0") + [shutil.which("haproxy") or "/usr/sbin/haproxy", "-f", os.path.join(procs.dir, "haproxy.cfg")], "haproxy")
+        ports["haproxy"] = hp
+        np_ = free_port()
+        os.makedirs(os.path.join(procs.dir, "px"), exist_ok=True)
+        with open(os.path.join(procs.dir, "px.conf"), "w") as f:
+            f.write(f"""daemon off; worker_processes 1; pid {procs.dir}/px/px.pid; error_log {procs.dir}/px/px.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000;
+  upstream be {{ server 127.0.0.1:{be}; keepalive 64; }}
+  server {{ listen 127.0.0.1:{np_}; location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
+""")
+        procs.start(pin("0") + ["nginx", "-p", os.path.join(procs.dir, "px"), "-c", os.path.join(procs.dir, "px.conf")], "nginx")
+        ports["nginx"] = np_
+        lp, la = free_port(), free_port()
+        with open(os.path.join(procs.dir, "levee.yaml"), "w") as f:
+            json.dump({"admin": {"address": "127.0.0.1", "port": la}, "workers": 1,
+                       "access_log": {"enabled": False},
+                       "listeners": [{"name": "bench", "address": "127.0.0.1", "port": lp,
+                                      "routes": [{"cluster": "app"}]}],
+                       "clusters": [{"name": "app", "endpoints": [f"127.0.0.1:{be}"]}]}, f)
+        procs.start(pin("0") + [os.path.join(BUILD, "levee"), "-c", os.path.join(procs.dir, "levee.yaml")], "levee")
+        ports["levee"] = lp
+        for p in ports.values():
+            wait_port(p)
+        for p in ports.values():  # warm connection pools
+            wrk(p, 1, args.connections)
+        results = {k: [] for k in ports}
+        for _ in range(args.repeat):
+            for name, port in ports.items():
+                results[name].append(wrk(port, args.seconds, args.connections))
+                time.sleep(0.5)
+    finally:
+        procs.stop()
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")} for k, v in results.items()}
+    for k, v in results.items():
+        med[k]["non2xx"] = sum(r["non2xx"] for r in v)
+    hap = med["haproxy"]
+    print(f"overhead benchmark: wrk -t1 -c{args.connections} -d{args.seconds}s, {args.repeat} runs each, medians")
+    print(f"machine: {machine()}")
+    print(f"{'front':>8} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx':>8}")
+    for k in ("direct", "levee", "haproxy", "nginx"):
+        v = med[k]
+        print(f"{k:>8} {v['rps']:10.0f} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['rps'] / hap['rps']:17.3f} "
+              f"{v['p99_ms'] / hap['p99_ms']:15.3f} {v['non2xx']:8d}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"medians": med, "runs": results, "machine": machine(), "args": vars(args)}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
