@@ -4,6 +4,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/http/error.hpp>
 #include <sys/socket.h>
 
@@ -131,6 +132,7 @@ Session::Session(Worker& w, Listener& l, tcp::socket s)
     }
   }
   down_.set_option(tcp::no_delay(true), ec);
+  down_.non_blocking(true, ec);
   w_.attach(this);
 }
 
@@ -485,9 +487,21 @@ asio::awaitable<int> Session::wait_in_queue(Request& rq, Cluster& c, core::Queue
 
 // --- local answers ----------------------------------------------------------
 
+asio::awaitable<std::pair<error_code, std::size_t>> Session::write_all(tcp::socket& s, const Buffers& bufs) {
+  const std::size_t total = asio::buffer_size(bufs);
+  error_code ec;
+  std::size_t n = s.write_some(bufs, ec);  // the socket is in non-blocking mode
+  if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+  if (ec || n == total) co_return std::pair{ec, n};
+  boost::beast::buffers_suffix<Buffers> rest(bufs);
+  rest.consume(n);
+  auto [aec, an] = co_await asio::async_write(s, rest, nothrow);
+  co_return std::pair{aec, n + an};
+}
+
 asio::awaitable<bool> Session::write_down(const Buffers& bufs, Request& rq) {
   set_deadline(now() + l_.cfg.body_timeout, Phase::Write);
-  auto [ec, n] = co_await asio::async_write(down_, bufs, nothrow);
+  auto [ec, n] = co_await write_all(down_, bufs);
   rq.tx += n;
   co_return !ec;
 }
@@ -672,6 +686,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
       }
       error_code ig;
       up_->sock.set_option(tcp::no_delay(true), ig);
+      up_->sock.non_blocking(true, ig);
       m.upstream_connects.inc(shard, c.index);
     }
     ++up_->uses;
@@ -775,7 +790,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
         }
       }
       if (req_chunked && p.is_done()) bufs.push(asio::buffer("0\r\n\r\n", 5));
-      auto [ec, n] = co_await asio::async_write(up_->sock, bufs, nothrow);
+      auto [ec, n] = co_await write_all(up_->sock, bufs);
       if (ec) {
         up_.reset();
         if (reused && !body_streamed) {
@@ -824,7 +839,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
             terminated = true;
           }
           set_deadline(std::min(rq.deadline, now() + l_.cfg.body_timeout), Phase::Upstream);
-          auto [ec, n] = co_await asio::async_write(up_->sock, bufs, nothrow);
+          auto [ec, n] = co_await write_all(up_->sock, bufs);
           ex.req_body.clear();
           if (ec) {
             up_.reset();

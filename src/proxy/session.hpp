@@ -40,6 +40,12 @@ class Session final : public std::enable_shared_from_this<Session>, public Waite
   boost::asio::awaitable<int> wait_in_queue(Request& rq, Cluster& c, core::QueueGate::Ticket t);
   boost::asio::awaitable<bool> proxy(Request& rq, Cluster& c);
   boost::asio::awaitable<bool> write_down(const Buffers& bufs, Request& rq);
+  /// Writes all of bufs: inline when the socket takes it (the usual case),
+  /// asynchronously for what it does not. An async write that completes at
+  /// once still goes to the back of the handler queue, behind every other
+  /// connection's work; the inline attempt skips that trip.
+  static boost::asio::awaitable<std::pair<boost::system::error_code, std::size_t>> write_all(
+      tcp::socket& s, const Buffers& bufs);
   void finish(Request& rq);
   boost::asio::awaitable<void> lingering_close();
 
