@@ -1,0 +1,170 @@
+// Microbenchmarks of the admission core (not part of the test pass/fail):
+//   build/levee_bench --benchmark-samples 50
+// Figures and the command are recorded in docs/benchmarks.md.
+#include <catch2/benchmark/catch_benchmark.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include <mutex>
+#include <vector>
+
+#include "core/executor_load.hpp"
+#include "core/queue_gate.hpp"
+#include "core/retry_budget.hpp"
+#include "core/tenant_quota.hpp"
+#include "core/throttle.hpp"
+
+using namespace levee::core;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Gates {
+  ExecutorLoad executor;
+  AttemptHistogram attempts;
+  AdaptiveThrottle throttle;
+  TenantQuota quota{{}, {0.5, 4.0, 4.0, 3.0}};
+  QueueGate gate{QueueConfig{}, ConcurrencyLimitConfig{false, 1u << 30, {}}};
+  std::vector<QueueGate::Wake> wakes;
+
+  /// One request through every gate, granted; then its completion.
+  bool decide(TimePoint now, double u, TenantId t, Criticality c) {
+    auto sink = [this](const QueueGate::Wake& w) { wakes.push_back(w); };
+    if (!executor.admit(c).admitted()) return false;
+    attempts.record(now, 1);
+    if (!attempts.admit(now, 1).admitted()) return false;
+    if (!throttle.admit(c, now, u).admitted()) return false;
+    if (!quota.admit(t, c, now, true).admitted()) return false;
+    return gate.arrive(now, c, now + 1s, 0, sink).outcome == QueueGate::Outcome::Granted;
+  }
+  void complete(TimePoint now, TenantId t, Criticality c) {
+    auto sink = [this](const QueueGate::Wake& w) { wakes.push_back(w); };
+    QueueGate::Sample s{10ms, 10, false};
+    gate.release(now, &s, sink);
+    throttle.on_response(c, now, true);
+    quota.record(t, c, 1e-6, now);  // tenants stay under quota: the admit path
+  }
+};
+
+}  // namespace
+
+TEST_CASE("admission decision cost", "[bench]") {
+  Gates g;
+  g.wakes.reserve(64);
+  TimePoint now{};
+  std::uint64_t i = 0;
+  BENCHMARK("full decision through all gates (admit path)") {
+    now += 10us;
+    ++i;
+    return g.decide(now, 0.5, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
+  };
+  BENCHMARK("completion accounting (release, throttle, quota)") {
+    now += 10us;
+    ++i;
+    g.complete(now, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
+  };
+  BENCHMARK("decision + completion, no lock") {
+    now += 10us;
+    ++i;
+    bool ok = g.decide(now, 0.5, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
+    g.complete(now, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
+    return ok;
+  };
+  std::mutex mu;
+  BENCHMARK("decision + completion under an uncontended std::mutex") {
+    now += 10us;
+    ++i;
+    bool ok;
+    {
+      std::lock_guard lk(mu);
+      ok = g.decide(now, 0.5, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
+    }
+    std::lock_guard lk(mu);
+    g.complete(now, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
+    return ok;
+  };
+}
+
+TEST_CASE("rejection cost", "[bench]") {
+  TenantQuota quota({}, {0.5});
+  TimePoint now{};
+  for (int k = 0; k < 10000; ++k) {
+    now += 1ms;
+    quota.record(0, Criticality::Sheddable, 0.01, now);  // 10 CPU-s/s against 0.5
+  }
+  BENCHMARK("tenant-quota rejection, with its Retry-After estimate") {
+    now += 10us;
+    return quota.admit(0, Criticality::Sheddable, now, true).retry_after.count();
+  };
+  ExecutorLoad executor;
+  for (int k = 0; k < 1000; ++k) executor.sample(now + std::chrono::milliseconds(5 * k), 2.0, 1.0);
+  BENCHMARK("executor-load rejection") { return executor.admit(Criticality::Sheddable).status; };
+}
+
+TEST_CASE("queue operations at depth 10k", "[bench]") {
+  QueueConfig qc;
+  qc.max = 20000;
+  qc.target = 1h;
+  QueueGate gate(qc, ConcurrencyLimitConfig{false, 1, {}});
+  std::vector<QueueGate::Wake> wakes;
+  wakes.reserve(16);
+  auto sink = [&](const QueueGate::Wake& w) { wakes.push_back(w); };
+  TimePoint now{};
+  gate.arrive(now, Criticality::Critical, TimePoint::max(), 0, sink);  // holds the one permit
+  for (int k = 0; k < 10000; ++k)
+    gate.arrive(now, criticality_from_index(static_cast<std::size_t>(k) & 3), TimePoint::max(), 0, sink);
+  std::uint64_t i = 0;
+  BENCHMARK("enqueue + dequeue (release grants the head) at depth 10k") {
+    now += 1us;
+    ++i;
+    wakes.clear();
+    gate.arrive(now, criticality_from_index(i & 3), TimePoint::max(), i, sink);
+    gate.release(now, nullptr, sink);
+    return wakes.size();
+  };
+  BENCHMARK("enqueue + cancel at depth 10k") {
+    now += 1us;
+    ++i;
+    auto a = gate.arrive(now, criticality_from_index(i & 3), TimePoint::max(), i, sink);
+    return gate.cancel(a.ticket, now);
+  };
+}
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+TEST_CASE("cluster state shared by two workers: one mutex, contended", "[bench][threads]") {
+  // The shell keeps each cluster's admission state behind one mutex shared
+  // by all workers. This measures the cost per decision+completion pair
+  // when two threads hammer the same cluster with nothing else to do: the
+  // worst case for the lock (real workers spend ~10 us of I/O per request
+  // between two such critical sections).
+  for (int threads : {1, 2}) {
+    Gates g;
+    g.wakes.reserve(1 << 16);
+    std::mutex mu;
+    const int per = 2'000'000 / threads;
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> ts;
+    for (int k = 0; k < threads; ++k) {
+      ts.emplace_back([&, k] {
+        TimePoint now{};
+        for (int i = 0; i < per; ++i) {
+          now += 10us;
+          auto c = criticality_from_index(static_cast<std::size_t>(i + k) & 3);
+          {
+            std::lock_guard lk(mu);
+            g.wakes.clear();
+            g.decide(now, 0.5, 1, c);
+          }
+          std::lock_guard lk(mu);
+          g.complete(now, 1, c);
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / 2'000'000;
+    std::printf("contended-mutex: %d thread(s): %.1f ns per decision+completion (wall time / total pairs)\n", threads, ns);
+    CHECK(ns > 0);
+  }
+}
