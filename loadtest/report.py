@@ -111,14 +111,19 @@ def plots(summary, runs, result_dir, img_dir):
     steps = sorted({k[1] for k in runs})
     if len(steps) > 1:
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        for f in fronts:
+        styles = ["-", "--", "-.", ":"]
+        markers = ["o", "s", "^", "v", "D", "P", "X", "*"]
+        for k, f in enumerate(fronts):
             xs, ys = [], []
             for s in steps:
                 r = runs.get((f, s))
                 if r:
                     xs.append(s)
                     ys.append(100 * r["total"]["goodput"] / r["capacity"])
-            ax.plot(xs, ys, marker="o", label=f, linewidth=2.2 if f.startswith("levee") else 1.2)
+            # Overlapping lines (several fronts collapse identically) stay
+            # distinguishable by marker and dash.
+            ax.plot(xs, ys, marker=markers[k % len(markers)], linestyle=styles[k % len(styles)], label=f,
+                    linewidth=2.2 if f.startswith("levee") else 1.2, markersize=7 - k % 3, alpha=0.85)
         ax.set_xscale("log")
         ax.set_xticks(steps)
         ax.set_xticklabels([f"{s:g}x" for s in steps])

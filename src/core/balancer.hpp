@@ -1,9 +1,10 @@
 // Endpoint choice: power of two choices, least outstanding requests, with
 // weights. Two candidates are drawn with probability proportional to their
 // effective weight (configured weight x slow-start multiplier, zero when
-// unavailable); the one with fewer outstanding requests per unit of weight
-// wins. At low load the share follows the weights (so a slow-start ramp is
-// visible as a ramp); at high load the least-loaded candidate wins, which
+// unavailable). If they have as many requests outstanding, the first draw
+// wins: at low load the share is then exactly proportional to the weights
+// (a slow-start ramp is a linear ramp of traffic). Otherwise the one with
+// fewer outstanding requests per unit of weight wins, which at high load
 // avoids the herd behaviour of pure least-requests across many balancers.
 #pragma once
 
@@ -45,13 +46,15 @@ std::size_t pick_p2c_with(const WeightedSet& set, Weight&& weight, Outstanding&&
   if (a == kNoEndpoint) return kNoEndpoint;
   std::size_t b = set.sample(u2);
   if (b == kNoEndpoint || b == a) return a;
+  const auto oa = outstanding(a);
+  const auto ob = outstanding(b);
+  // Equal load: keep the first draw, already weighted-random (comparing
+  // per-weight costs here would make the share quadratic in the weight).
+  if (oa == ob) return a;
   // Compare outstanding/weight without dividing: (oa+1)/wa < (ob+1)/wb.
-  double ca = (static_cast<double>(outstanding(a)) + 1.0) * weight(b);
-  double cb = (static_cast<double>(outstanding(b)) + 1.0) * weight(a);
-  if (cb < ca) return b;
-  // A tie keeps the first draw, which is already weighted-random: breaking
-  // it by comparing u1 and u2 would favour lower indexes.
-  return a;
+  double ca = (static_cast<double>(oa) + 1.0) * weight(b);
+  double cb = (static_cast<double>(ob) + 1.0) * weight(a);
+  return cb < ca ? b : a;
 }
 
 /// Picks an endpoint; u1, u2 are independent uniform draws in [0,1).

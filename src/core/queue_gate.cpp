@@ -122,7 +122,7 @@ double QueueGate::drain_rate(TimePoint now) noexcept {
   double n = departures_.sum(now, 0);
   if (n >= 10) rate = n / to_seconds(departures_.span(now));
   else if (latency_.initialized() && latency_.value() > 0)
-    rate = static_cast<double>(std::max<std::uint32_t>(1, limit_.limit())) / latency_.value();
+    rate = static_cast<double>(std::max<std::uint32_t>(1, limit())) / latency_.value();
   // No permit back for `quiet` while some are held: at most in_flight/quiet.
   if (in_flight_ > 0) {
     const double quiet = to_seconds(now - last_departure_);

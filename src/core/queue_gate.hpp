@@ -124,7 +124,19 @@ class QueueGate {
   std::uint32_t in_flight() const noexcept { return in_flight_; }
   std::uint32_t depth() const noexcept { return depth_; }
   std::uint32_t depth(Criticality c) const noexcept { return lists_[index(c)].size; }
-  std::uint32_t limit() const noexcept { return limit_.limit(); }
+  /// The limit in force: the controller's, scaled down while endpoints are
+  /// missing or ramping up (see set_limit_scale).
+  std::uint32_t limit() const noexcept {
+    const std::uint32_t l = limit_.limit();
+    if (scale_ >= 1.0) return l;
+    return std::max<std::uint32_t>(1, static_cast<std::uint32_t>(static_cast<double>(l) * scale_));
+  }
+  /// Scales the limit by the share of the cluster's weight that is ready:
+  /// sum of effective weights / sum of configured weights. An endpoint in
+  /// slow start then takes a share of the concurrency in line with its
+  /// ramp, and a cluster missing endpoints admits correspondingly less.
+  void set_limit_scale(double s) noexcept { scale_ = std::clamp(s, 0.0, 1.0); }
+  double limit_scale() const noexcept { return scale_; }
   bool overloaded() const noexcept { return overloaded_; }
   bool lifo() const noexcept { return cfg_.lifo_on_overload && overloaded_; }
   /// Smoothed time spent queued by granted requests (0 for direct grants).
@@ -169,6 +181,7 @@ class QueueGate {
 
   QueueConfig cfg_;
   ConcurrencyLimit limit_;
+  double scale_ = 1.0;
   std::uint32_t in_flight_ = 0;
   std::uint32_t depth_ = 0;
   std::vector<Node> nodes_;
@@ -197,7 +210,7 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
   if (deadline <= now) {
     return {Outcome::Rejected, kNoTicket, Decision::reject(Reason::Deadline, Duration::zero()), {}};
   }
-  if (in_flight_ < limit_.limit()) {
+  if (in_flight_ < limit()) {
     // pump() left free slots only if the queue is empty.
     if (in_flight_ == 0) last_departure_ = now;  // a busy period starts
     ++in_flight_;
@@ -259,7 +272,7 @@ void QueueGate::pump(TimePoint now, Sink&& sink) {
     while (l.head != kNil && nodes_[l.head].expires <= now) sink(drop(l.head, now));
   }
   const bool newest_first = lifo();
-  while (in_flight_ < limit_.limit() && depth_ > 0) {
+  while (in_flight_ < limit() && depth_ > 0) {
     std::size_t k = kCriticalityCount;
     while (k > 0 && lists_[k - 1].size == 0) --k;
     List& l = lists_[k - 1];

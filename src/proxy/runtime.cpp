@@ -62,8 +62,11 @@ Cluster::Cluster(const Runtime& rt, const config::ClusterConfig& c, std::size_t 
     ep->index = k;
     ep->outlier = core::OutlierState(c.outlier.params);
     ep->slow_start = core::SlowStart(c.slow_start);
-    ep->effective_weight.store(ep->weight);
-    (void)t0;
+    // Endpoints join at start-up too: they ramp like any other arrival.
+    ep->slow_start.restart(t0);
+    // With active checks an endpoint is out until its first check passes.
+    ep->healthy.store(!c.health_check.enabled);
+    ep->effective_weight.store(c.health_check.enabled ? 0.0 : ep->weight * ep->slow_start.multiplier());
     endpoints.push_back(std::move(ep));
   }
 }
@@ -205,6 +208,7 @@ void Cluster::complete(const Completion& c) {
       if (ep.outlier.on_result(c.now, !c.failure, may)) {
         ep.ejected.store(true);
         ep.effective_weight.store(0.0);
+        ep.ejections.fetch_add(1, std::memory_order_relaxed);
         weights_changed = true;
       }
     }
@@ -225,6 +229,7 @@ void Cluster::endpoint_result(std::size_t ep_index, TimePoint t, bool success) {
     if (ep.outlier.on_result(t, success, may)) {
       ep.ejected.store(true);
       ep.effective_weight.store(0.0);
+      ep.ejections.fetch_add(1, std::memory_order_relaxed);
       changed = true;
     }
   }
@@ -241,10 +246,32 @@ void Cluster::tick(TimePoint t) {
   post_wakes();
 }
 
+void Cluster::set_endpoint_health(std::size_t i, bool healthy, TimePoint t) {
+  {
+    std::lock_guard lk(mu_);
+    Endpoint& ep = *endpoints[i];
+    if (ep.healthy.load() == healthy) return;
+    ep.healthy.store(healthy);
+    ep.health_transitions.fetch_add(1, std::memory_order_relaxed);
+    // Back from unhealthy: cold caches, cold runtime. Ramp up again.
+    if (healthy) ep.slow_start.restart(t);
+  }
+  refresh_weights(t);
+}
+
+void Cluster::endpoint_moved(std::size_t i, TimePoint t) {
+  {
+    std::lock_guard lk(mu_);
+    endpoints[i]->slow_start.restart(t);
+  }
+  refresh_weights(t);
+}
+
 void Cluster::refresh_weights(TimePoint t) {
   bool changed = false;
   {
     std::lock_guard lk(mu_);
+    double nominal = 0, ready = 0;
     for (auto& ep : endpoints) {
       if (ep->ejected.load() && !ep->outlier.ejected(t)) {
         ep->ejected.store(false);
@@ -257,11 +284,14 @@ void Cluster::refresh_weights(TimePoint t) {
       ep->slow_start.tick(t, copes);
       double w = 0.0;
       if (ep->healthy.load() && !ep->ejected.load()) w = ep->weight * ep->slow_start.multiplier();
+      nominal += ep->weight;
+      ready += w;
       if (w != ep->effective_weight.load()) {
         ep->effective_weight.store(w);
         changed = true;
       }
     }
+    gate_.set_limit_scale(nominal > 0 ? ready / nominal : 1.0);
   }
   if (changed) weights_version.fetch_add(1, std::memory_order_release);
 }
@@ -362,7 +392,10 @@ ProxyMetrics::ProxyMetrics(const config::Config&, const std::vector<std::string>
       request_duration("levee_request_duration_seconds", "Time from request header to the end of the answer",
                        {{"cluster", {}}, {"outcome", {"served", "rejected"}}}, metrics::latency_buckets(), shards),
       queue_time("levee_queue_time_seconds", "Time admitted requests waited in a cluster queue",
-                 {{"cluster", {}}}, metrics::latency_buckets(), shards) {}
+                 {{"cluster", {}}}, metrics::latency_buckets(), shards),
+      health_checks("levee_health_checks_total", "Active health checks by result", {}, shards),
+      health_check_latency("levee_health_check_latency_seconds", "Active health check round trips",
+                           {{"cluster", {}}}, metrics::latency_buckets(), shards) {}
 
 namespace {
 
@@ -461,6 +494,10 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w) : cfg(s
                                                {{"cluster", cluster_names}, {"outcome", {"served", "rejected"}}}, metrics::latency_buckets(), shards);
   m.queue_time = metrics::HistogramTable("levee_queue_time_seconds", "Time admitted requests waited in a cluster queue",
                                          {{"cluster", cluster_names}}, metrics::latency_buckets(), shards);
+  m.health_checks = metrics::CounterTable("levee_health_checks_total", "Active health checks by result",
+                                          {{std::vector<std::string>{"cluster", "endpoint"}, endpoint_tuples}, {"result", {"ok", "failed"}}}, shards);
+  m.health_check_latency = metrics::HistogramTable("levee_health_check_latency_seconds", "Active health check round trips",
+                                                   {{"cluster", cluster_names}}, metrics::latency_buckets(), shards);
 }
 
 TenantId Runtime::tenant_id(std::string_view name) const noexcept {

@@ -6,6 +6,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,10 @@ struct Endpoint {
   std::atomic<bool> ejected{false};     ///< passive outlier detection
   std::atomic<double> effective_weight{1.0};  ///< weight x slow start; 0 when out
   std::atomic<double> utilization{-1.0};      ///< smoothed ORCA utilization, -1 unknown
+  std::atomic<std::uint64_t> ejections{0};    ///< outlier ejections so far
+  std::atomic<std::uint64_t> health_transitions{0};
+  std::atomic<std::uint64_t> checks_ok{0};
+  std::atomic<std::uint64_t> checks_failed{0};
 
   // Under Cluster::mu_.
   core::OutlierState outlier;
@@ -59,10 +64,19 @@ struct Endpoint {
     std::lock_guard lk(addr_mu_);
     return addrs_;
   }
-  void set_addresses(std::vector<tcp::endpoint> a) {
+  /// Returns true when the set changed (not on the first resolution).
+  bool set_addresses(std::vector<tcp::endpoint> a) {
     std::lock_guard lk(addr_mu_);
+    std::sort(a.begin(), a.end());
+    if (a == addrs_) return false;
+    const bool had = !addrs_.empty();
     addrs_ = std::move(a);
+    addr_generation.fetch_add(1, std::memory_order_release);
+    return had;
   }
+  /// Bumped when the resolved addresses change; pooled connections made
+  /// under an older generation are not reused.
+  std::atomic<std::uint64_t> addr_generation{0};
 
  private:
   mutable std::mutex addr_mu_;
@@ -145,6 +159,12 @@ class Cluster final : public core::PermitOwner {
   // Endpoint results outside admission (health checks, connect errors).
   void endpoint_result(std::size_t ep, TimePoint now, bool success);
 
+  /// An active health check changed the endpoint's state.
+  void set_endpoint_health(std::size_t ep, bool healthy, TimePoint now);
+  /// DNS gave the endpoint a different address set: it is a new backend as
+  /// far as warm-up goes, so it ramps again.
+  void endpoint_moved(std::size_t ep, TimePoint now);
+
   /// Bumped whenever effective weights change; workers rebuild their sets.
   std::atomic<std::uint64_t> weights_version{1};
   /// Recomputes effective weights from health, ejection and slow start.
@@ -221,6 +241,8 @@ struct ProxyMetrics {
   metrics::HistogramTable upstream_latency;  // cluster
   metrics::HistogramTable request_duration;  // cluster, outcome (served, rejected)
   metrics::HistogramTable queue_time;        // cluster
+  metrics::CounterTable health_checks;       // cluster, endpoint, result
+  metrics::HistogramTable health_check_latency;  // cluster
 
   std::vector<std::string> route_labels;
   std::vector<std::string> endpoint_labels;  ///< flattened cluster endpoints

@@ -91,6 +91,8 @@ void Server::start() {
     probes_.push_back(std::move(p));
   }
   asio::co_spawn(admin_ctx_, admin_accept(), asio::detached);
+  health_ = std::make_unique<HealthChecker>(admin_ctx_, rt_, workers_.size());
+  health_->start();
   signals_.async_wait([this](error_code ec, int sig) {
     if (ec) return;
     spdlog::info("signal {}: draining (up to {} ms)", sig,
@@ -202,7 +204,10 @@ void Server::resolve_all(bool blocking) {
       }
       std::vector<tcp::endpoint> addrs;
       for (auto& e : res) addrs.push_back(e.endpoint());
-      ep->set_addresses(std::move(addrs));
+      if (ep->set_addresses(std::move(addrs))) {
+        spdlog::info("cluster {}: {} resolves to a new address set: slow start", c->cfg.name, ep->label);
+        c->endpoint_moved(ep->index, now());
+      }
     }
   }
   Duration every = std::chrono::hours(24);
@@ -256,7 +261,8 @@ void Server::build_registry() {
                   &m.refused, &m.upstream_requests, &m.upstream_errors, &m.upstream_connects,
                   &m.load_report_errors, &m.bytes})
     registry_.add(t);
-  for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time}) registry_.add(h);
+  for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time, &m.health_check_latency}) registry_.add(h);
+  registry_.add(&m.health_checks);
   registry_.add(&log_dropped_);
   using metrics::sample;
   auto rt = rt_;
@@ -335,6 +341,17 @@ void Server::build_registry() {
   registry_.add(per_endpoint("levee_endpoint_weight", "Effective load-balancing weight (slow start applied)", [](auto& e) { return e.effective_weight.load(); }));
   registry_.add(per_endpoint("levee_endpoint_utilization", "Smoothed utilization the endpoint reports (-1: none)", [](auto& e) { return e.utilization.load(); }));
   registry_.add(per_endpoint("levee_endpoint_outstanding", "Requests in flight to the endpoint", [](auto& e) { return e.outstanding.load(); }));
+  auto endpoint_counter = [rt](std::string name, std::string help, std::function<double(const Endpoint&)> f) {
+    metrics::GaugeSet g{std::move(name), std::move(help), [rt, f](auto& out) {
+                          for (auto& c : rt->clusters)
+                            for (auto& e : c->endpoints)
+                              out.push_back(sample({{"cluster", c->cfg.name}, {"endpoint", e->label}}, f(*e), true));
+                        }};
+    g.type = prometheus::MetricType::Counter;
+    return g;
+  };
+  registry_.add(endpoint_counter("levee_endpoint_ejections_total", "Outlier ejections", [](auto& e) { return static_cast<double>(e.ejections.load()); }));
+  registry_.add(endpoint_counter("levee_endpoint_health_transitions_total", "Changes of active health state", [](auto& e) { return static_cast<double>(e.health_transitions.load()); }));
 }
 
 // --- the admin listener -------------------------------------------------------

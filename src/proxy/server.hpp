@@ -15,6 +15,7 @@
 #include "metrics/metrics.hpp"
 #include "proxy/access_log.hpp"
 #include "proxy/cpu.hpp"
+#include "proxy/health_checker.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/worker.hpp"
 
@@ -50,6 +51,7 @@ class Server {
   std::shared_ptr<Runtime> rt_;
   std::unique_ptr<AccessLog> log_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<HealthChecker> health_;
 
   boost::asio::io_context admin_ctx_{1};
   std::unique_ptr<boost::asio::ip::tcp::acceptor> admin_acceptor_;

@@ -661,6 +661,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
       up_ = std::make_unique<UpstreamConn>(w_.ctx, 64 * 1024);
       up_->cluster = c.index;
       up_->endpoint = epi;
+      up_->generation = ep.addr_generation.load(std::memory_order_acquire);
       auto addrs = ep.addresses();
       error_code ec = asio::error::host_not_found;
       if (!addrs.empty()) {

@@ -146,11 +146,13 @@ void Worker::put_exchange(std::unique_ptr<Exchange> e) {
 std::unique_ptr<UpstreamConn> Worker::take_idle(std::size_t c, std::size_t e, TimePoint t) {
   auto& list = idle_[c][e];
   const auto idle_timeout = rt->clusters[c]->cfg.idle_timeout;
+  const auto generation = rt->clusters[c]->endpoints[e]->addr_generation.load(std::memory_order_acquire);
   while (!list.empty()) {
     auto conn = std::move(list.back());  // most recently used first
     list.pop_back();
     idle_total_.fetch_sub(1, std::memory_order_relaxed);
     if (t - conn->idle_since >= idle_timeout) continue;
+    if (conn->generation != generation) continue;  // DNS moved the endpoint
     // A peer that closed while we were idle shows up as EOF (or data it
     // should not have sent): either way the connection is not reusable.
     // Servers close idle connections after seconds, not milliseconds, so a

@@ -31,6 +31,7 @@ struct UpstreamConn {
   IoBuffer buf;
   TimePoint idle_since{};
   std::uint64_t uses = 0;
+  std::uint64_t generation = 0;  ///< the endpoint's address generation when connected
   std::size_t cluster = 0;
   std::size_t endpoint = 0;
 };

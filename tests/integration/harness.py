@@ -81,7 +81,8 @@ class Proc:
             self.p.send_signal(signal.SIGKILL)
             self.p.wait(timeout=5)
         self.log.close()
-        os.unlink(self.log.name)
+        if os.path.exists(self.log.name):
+            os.unlink(self.log.name)
 
     def rss_peak_kib(self):
         with open(f"/proc/{self.p.pid}/status") as f:

@@ -140,10 +140,23 @@ TEST_CASE("p2c share follows weights at low load", "[balancer]") {
     ++hits[k];
   }
   CHECK(hits[3] == 0);  // unavailable
-  // With equal outstanding counts the heavier candidate wins: the light one
-  // is chosen only when both draws hit it: (0.25/2.25)^2.
-  CHECK_THAT(hits[2] / double(n), WithinAbs(std::pow(0.25 / 2.25, 2), 0.003));
+  // With equal outstanding counts the share is proportional to weight.
+  CHECK_THAT(hits[2] / double(n), WithinAbs(0.25 / 2.25, 0.004));
+  CHECK_THAT(hits[0] / double(n), WithinAbs(1.0 / 2.25, 0.005));
   CHECK_THAT(hits[0] / double(n), WithinAbs(hits[1] / double(n), 0.01));
+}
+
+TEST_CASE("a slow-start ramp of weight is a linear ramp of traffic at low load", "[balancer]") {
+  Rng rng(21);
+  for (double w : {0.1, 0.3, 0.5, 0.8, 1.0}) {
+    std::vector<EndpointLoad> eps = {{1.0, 0}, {w, 0}};
+    WeightedSet set;
+    set.rebuild(eps);
+    int hits = 0;
+    const int n = 100000;
+    for (int i = 0; i < n; ++i) hits += pick_p2c(set, eps, rng.u(), rng.u()) == 1;
+    CHECK_THAT(hits / double(n), WithinAbs(w / (1.0 + w), 0.006));
+  }
 }
 
 TEST_CASE("p2c prefers the candidate with fewer outstanding per weight", "[balancer]") {

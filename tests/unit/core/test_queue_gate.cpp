@@ -322,3 +322,21 @@ TEST_CASE("queue invariants hold on random operation sequences", "[queue][proper
     }
   }
 }
+
+TEST_CASE("the limit scales with the share of the cluster that is ready", "[queue]") {
+  QueueGate g({}, static_limit(10));
+  SimClock clk;
+  Collect s;
+  g.set_limit_scale(0.35);  // e.g. one of three endpoints up, plus a ramp
+  CHECK(g.limit() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(g.arrive(clk.now, Criticality::Critical, kFar, 0, s).outcome == Outcome::Granted);
+  CHECK(g.arrive(clk.now, Criticality::Critical, kFar, 9, s).outcome == Outcome::Queued);
+  // The ramp completes: the waiting request gets the freed-up capacity at
+  // the next pump.
+  g.set_limit_scale(1.0);
+  g.pump(clk.now, s);
+  REQUIRE(s.wakes.size() == 1);
+  CHECK(s.wakes[0].granted);
+  g.set_limit_scale(0.0);
+  CHECK(g.limit() == 1);  // never zero: a cluster is never frozen by the scale
+}

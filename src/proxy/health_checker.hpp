@@ -1,0 +1,35 @@
+// Active health checks, run on the admin thread: one coroutine per endpoint
+// of every cluster that enables them, so at most one check is in flight per
+// endpoint; the connection is kept and reused; intervals carry jitter so a
+// fleet of levees never probes in lockstep, and back off (doubling, up to
+// max_interval) while an endpoint stays down. Transitions use the core's
+// hysteresis (HealthState): `unhealthy` consecutive failures to leave,
+// `healthy` consecutive successes to return; the very first result decides
+// at once so a fresh levee is ready as soon as its backends are.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <memory>
+
+#include "proxy/clock.hpp"
+#include "proxy/runtime.hpp"
+
+namespace levee::proxy {
+
+class HealthChecker {
+ public:
+  HealthChecker(boost::asio::io_context& ctx, std::shared_ptr<Runtime> rt, std::size_t metrics_shard);
+  void start();
+
+ private:
+  boost::asio::awaitable<void> loop(Cluster& c, Endpoint& ep);
+
+  boost::asio::io_context& ctx_;
+  std::shared_ptr<Runtime> rt_;
+  std::size_t shard_;
+  Rng rng_;
+};
+
+}  // namespace levee::proxy
