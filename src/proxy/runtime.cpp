@@ -338,6 +338,41 @@ std::string_view strip_port(std::string_view host) noexcept {
 }
 }  // namespace
 
+bool Listener::take_accept_token(TimePoint t) {
+  if (cfg.accept_rate <= 0) return true;
+  std::lock_guard lk(rate_mu_);
+  const double burst = std::max(1.0, cfg.accept_rate);  // up to one second's worth at once
+  if (tokens_ < 0) {
+    tokens_ = burst;
+    last_refill_ = t;
+  }
+  tokens_ = std::min(burst, tokens_ + core::to_seconds(t - last_refill_) * cfg.accept_rate);
+  last_refill_ = t;
+  if (tokens_ < 1.0) return false;
+  tokens_ -= 1.0;
+  return true;
+}
+
+bool Listener::source_enter(const std::array<std::uint8_t, 16>& addr) {
+  if (cfg.max_connections_per_source == 0) return true;
+  std::lock_guard lk(src_mu_);
+  auto& n = per_source_[addr];
+  if (n >= cfg.max_connections_per_source) {
+    if (n == 0) per_source_.erase(addr);
+    return false;
+  }
+  ++n;
+  return true;
+}
+
+void Listener::source_leave(const std::array<std::uint8_t, 16>& addr) {
+  if (cfg.max_connections_per_source == 0) return;
+  std::lock_guard lk(src_mu_);
+  auto it = per_source_.find(addr);
+  if (it == per_source_.end()) return;
+  if (--it->second == 0) per_source_.erase(it);
+}
+
 const Route* Listener::match(std::string_view host, std::string_view path) const noexcept {
   host = strip_port(core::trim(host));
   for (const auto& r : routes) {

@@ -217,9 +217,34 @@ struct Listener {
   std::vector<Route> routes;
   const config::TenantSource* tenant;  ///< listener or global source
   std::atomic<std::uint32_t> connections{0};
+  std::atomic<std::uint32_t> refusing{0};  ///< polite refusals in progress
+  // Batch fuse, all clusters (written by the batch worker, read at scrape).
+  std::atomic<std::uint32_t> fuse_open{0};
+  std::atomic<std::uint32_t> fuse_in_use{0};
+  std::atomic<std::uint32_t> fuse_waiting{0};
+
+  /// Accept-rate limit: a token bucket shared by the workers.
+  bool take_accept_token(TimePoint now);
+  /// Per-source connection cap; true when the source may open one more.
+  bool source_enter(const std::array<std::uint8_t, 16>& addr);
+  void source_leave(const std::array<std::uint8_t, 16>& addr);
   /// First matching route, or null.
   const Route* match(std::string_view host, std::string_view path) const noexcept;
   explicit Listener(const config::ListenerConfig& c, std::size_t i) : cfg(c), index(i) {}
+
+ private:
+  std::mutex rate_mu_;
+  double tokens_ = -1;
+  TimePoint last_refill_{};
+  struct AddrHash {
+    std::size_t operator()(const std::array<std::uint8_t, 16>& a) const noexcept {
+      std::uint64_t h = 1469598103934665603ull;
+      for (auto b : a) h = (h ^ b) * 1099511628211ull;
+      return static_cast<std::size_t>(h);
+    }
+  };
+  std::mutex src_mu_;
+  std::unordered_map<std::array<std::uint8_t, 16>, std::uint32_t, AddrHash> per_source_;
 };
 
 /// Metrics the request path writes (sharded per worker).

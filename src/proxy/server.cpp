@@ -276,6 +276,16 @@ void Server::build_registry() {
                  [rt](auto& out) {
                    for (auto& l : rt->listeners) out.push_back(sample({{"listener", l->cfg.name}}, l->connections.load()));
                  }});
+  auto per_listener = [rt](std::string name, std::string help, std::function<double(const Listener&)> f) {
+    return metrics::GaugeSet{std::move(name), std::move(help), [rt, f](auto& out) {
+                               for (auto& l : rt->listeners)
+                                 if (l->cfg.mode == config::ListenerConfig::Mode::Batch)
+                                   out.push_back(sample({{"listener", l->cfg.name}}, f(*l)));
+                             }};
+  };
+  registry_.add(per_listener("levee_fuse_connections", "Upstream connections open through a batch fuse", [](auto& l) { return l.fuse_open.load(); }));
+  registry_.add(per_listener("levee_fuse_in_use", "Fuse slots held by requests", [](auto& l) { return l.fuse_in_use.load(); }));
+  registry_.add(per_listener("levee_fuse_waiting", "Requests waiting for a fuse connection", [](auto& l) { return l.fuse_waiting.load(); }));
   registry_.add({"levee_upstream_idle_connections", "Pooled idle upstream connections, all workers",
                  [this](auto& out) {
                    double n = 0;

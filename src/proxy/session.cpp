@@ -11,6 +11,7 @@
 #include "core/headers.hpp"
 #include "core/text.hpp"
 #include "proxy/server.hpp"
+#include "proxy/worker.hpp"
 
 namespace levee::proxy {
 
@@ -105,6 +106,16 @@ struct Session::Request {
   std::string_view request_id;
   char rid_buf[32];
   bool rejected = false;
+  /// A batch fuse slot, returned when the upstream part is done (or at the
+  /// latest when the request ends).
+  struct FuseSlot {
+    Worker* w = nullptr;
+    Fuse* f = nullptr;
+    void reset() {
+      if (f) std::exchange(w, nullptr)->fuse_release(*std::exchange(f, nullptr));
+    }
+    ~FuseSlot() { reset(); }
+  } fuse;
 };
 
 Session::Session(Worker& w, Listener& l, tcp::socket s)
@@ -380,6 +391,54 @@ asio::awaitable<bool> Session::handle(Request& rq) {
     }
   }
 
+  // Batch listeners: a slot of the fuse first, so that batch requests
+  // waiting for one of its few connections hold no cluster permit.
+  if (l_.cfg.mode == config::ListenerConfig::Mode::Batch) {
+    Fuse& f = w_.fuse(l_, *rq.cluster);
+    if (!w_.fuse_try_acquire(f, *rq.cluster)) {
+      const Duration qt = l_.cfg.fuse.queue_timeout;
+      if (f.waiters.size() >= f.queue_max) co_return co_await reject(rq, Decision::reject(Reason::Fuse, qt));
+      FuseWaiter fw;
+      fw.timer = &wait_timer_;
+      f.waiters.push_back(&fw);
+      l_.fuse_waiting.fetch_add(1, std::memory_order_relaxed);
+      client_gone_ = false;
+      const TimePoint give_up = std::min(rq.deadline, rq.start + qt);
+      const TimePoint watch_from = rq.start + std::chrono::milliseconds(10);
+      bool watching = false;
+      wait_timer_.expires_at(to_steady(std::min(give_up, watch_from)));
+      for (;;) {
+        co_await wait_timer_.async_wait(nothrow);
+        if (fw.granted) break;
+        if (!watching && !client_gone_ && now() < give_up) {
+          watching = true;
+          if (in_.empty()) watch_client();
+          wait_timer_.expires_at(to_steady(give_up));
+          continue;
+        }
+        break;
+      }
+      if (watching) {
+        watching_client_ = false;
+        ++watch_client_gen_;
+        error_code wec;
+        down_.cancel(wec);
+      }
+      if (!fw.granted) {
+        f.waiters.erase(std::find(f.waiters.begin(), f.waiters.end(), &fw));
+        l_.fuse_waiting.fetch_sub(1, std::memory_order_relaxed);
+        if (client_gone_) {
+          rq.reason = Reason::ClientGone;
+          rq.status = 499;
+          finish(rq);
+          co_return false;
+        }
+        co_return co_await reject(rq, Decision::reject(Reason::Fuse, qt));
+      }
+    }
+    rq.fuse = {&w_, &f};
+  }
+
   // Gates 2-4 in one critical section of the cluster.
   AdmitInput in{rq.crit, rq.tenant, rq.attempt, rq.start, rq.deadline, w_.rng.uniform(), this};
   AdmitResult res = rq.cluster->admit(in);
@@ -638,7 +697,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
 
   for (;;) {
     ++rq.attempts;
-    const std::size_t epi = w_.pick(c, avoid);
+    const std::size_t epi = rq.fuse.f ? w_.fuse_pick(*rq.fuse.f, c) : w_.pick(c, avoid);
     if (epi == core::kNoEndpoint) co_return co_await fail(Reason::NoEndpoint);
     Endpoint& ep = *c.endpoints[epi];
     rq.endpoint = epi;
@@ -654,7 +713,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
 
     // A pooled connection, or a new one.
     bool reused = false;
-    up_ = w_.take_idle(c.index, epi, t);
+    up_ = rq.fuse.f ? w_.fuse_take(*rq.fuse.f, epi, t) : w_.take_idle(c.index, epi, t);
     if (up_) {
       reused = true;
     } else {
@@ -662,6 +721,8 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
       up_->cluster = c.index;
       up_->endpoint = epi;
       up_->generation = ep.addr_generation.load(std::memory_order_acquire);
+      // Counted before connecting: nothing may open a fifth while this one connects.
+      if (rq.fuse.f) w_.fuse_note_open(*rq.fuse.f, *up_, epi);
       auto addrs = ep.addresses();
       error_code ec = asio::error::host_not_found;
       if (!addrs.empty()) {
@@ -1028,6 +1089,7 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
         w_.put_idle(std::move(up_), at);
       else
         up_.reset();
+      rq.fuse.reset();  // the connection is back: the next batch request may have it
     };
     if (rp.is_done()) account(head_at, true);
     char chunk_head[24];

@@ -26,6 +26,8 @@ class Session final : public std::enable_shared_from_this<Session>, public Waite
 
   Session* prev = nullptr;
   Session* next = nullptr;
+  const Listener& listener() const noexcept { return l_; }
+  bool idle() const noexcept { return idle_ && !closed_; }
 
  private:
   enum class Phase : std::uint8_t { Idle, Header, Body, Queue, Connect, Upstream, Response, Write };

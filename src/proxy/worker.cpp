@@ -5,6 +5,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -31,8 +32,18 @@ Worker::Worker(Server& s, std::size_t i, std::shared_ptr<Runtime> r)
 
 Worker::~Worker() { join(); }
 
+UpstreamConn::~UpstreamConn() {
+  if (fuse) {
+    --fuse->eps[endpoint].open;
+    fuse->listener->fuse_open.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 void Worker::open_listeners() {
   for (auto& l : rt->listeners) {
+    // A batch listener is served by one worker: its fuse is a small pool,
+    // and one worker can hold it exactly, without locks.
+    if (l->cfg.mode == config::ListenerConfig::Mode::Batch && !serves_batch()) continue;
     auto a = std::make_unique<tcp::acceptor>(ctx);
     tcp::endpoint ep(asio::ip::make_address(l->cfg.address), l->cfg.port);
     a->open(ep.protocol());
@@ -72,17 +83,50 @@ asio::awaitable<void> Worker::accept_loop(tcp::acceptor& a, Listener& l) {
       co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
     }
-    if (l.connections.load(std::memory_order_relaxed) >= l.cfg.max_connections) {
-      m.refused.inc(index, m.refused.index({l.index, 0}));
-      error_code ig;
-      sock.close(ig);
+    const std::uint32_t conns = l.connections.load(std::memory_order_relaxed);
+    const std::uint32_t cap = l.cfg.max_connections;
+    std::array<std::uint8_t, 16> addr{};
+    {
+      error_code aec;
+      auto ep = sock.remote_endpoint(aec);
+      if (!aec) {
+        if (ep.address().is_v4()) {
+          auto b = ep.address().to_v4().to_bytes();
+          addr[10] = addr[11] = 0xff;
+          std::copy(b.begin(), b.end(), addr.begin() + 12);
+        } else {
+          addr = ep.address().to_v6().to_bytes();
+        }
+      }
+    }
+    // Connection guards: the cap, the accept rate, the per-source cap.
+    std::size_t cause = 4;
+    core::Reason reason = core::Reason::ConnectionLimit;
+    if (conns >= cap) cause = 0;
+    else if (!l.take_accept_token(now())) cause = 2;
+    else if (!l.source_enter(addr)) cause = 1;
+    if (cause < 4) {
+      m.refused.inc(index, m.refused.index({l.index, cause}));
+      // Refuse politely while that is cheap (a bounded number at a time,
+      // not far beyond the cap); beyond that, close at once.
+      const std::uint32_t margin = std::max<std::uint32_t>(16, cap / 10);
+      if (l.refusing.load(std::memory_order_relaxed) < 1024 && conns < cap + margin) {
+        asio::co_spawn(ctx, refuse(std::move(sock), l, reason), asio::detached);
+      } else {
+        error_code ig;
+        sock.set_option(asio::socket_base::linger(true, 0), ig);
+        sock.close(ig);
+      }
       continue;
     }
+    // Near the cap, idle keep-alive connections make room first.
+    if (conns + 1 > cap - cap / 10) close_idle_sessions(l, conns + 1 - (cap - cap / 10));
     l.connections.fetch_add(1, std::memory_order_relaxed);
     m.connections.inc(index, l.index);
     auto s = std::make_shared<Session>(*this, l, std::move(sock));
-    asio::co_spawn(ctx, s->run(), [s, &l](std::exception_ptr e) {
+    asio::co_spawn(ctx, s->run(), [s, &l, addr](std::exception_ptr e) {
       l.connections.fetch_sub(1, std::memory_order_relaxed);
+      l.source_leave(addr);
       if (e) {
         try {
           std::rethrow_exception(e);
@@ -92,6 +136,118 @@ asio::awaitable<void> Worker::accept_loop(tcp::acceptor& a, Listener& l) {
       }
     });
   }
+}
+
+asio::awaitable<void> Worker::refuse(tcp::socket s, Listener& l, core::Reason reason) {
+  l.refusing.fetch_add(1, std::memory_order_relaxed);
+  error_code ec;
+  // Read what the client sends first, briefly, so that closing does not
+  // reset the connection before it reads the answer.
+  asio::steady_timer t(ctx, std::chrono::milliseconds(200));
+  t.async_wait([&s](error_code tec) {
+    if (!tec) {
+      error_code ig;
+      s.cancel(ig);
+    }
+  });
+  char buf[2048];
+  co_await s.async_read_some(asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
+  t.cancel();
+  const auto retry = core::retry_after_seconds(std::chrono::seconds(1), rng.uniform());
+  std::string resp = "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nretry-after: " +
+                     std::to_string(retry) + "\r\nx-levee-reject: " + std::string(core::to_string(reason)) +
+                     "\r\nconnection: close\r\ncontent-length: " +
+                     std::to_string(12 + core::to_string(reason).size() + 1) + "\r\n\r\noverloaded: " +
+                     std::string(core::to_string(reason)) + "\n";
+  co_await asio::async_write(s, asio::buffer(resp), asio::as_tuple(asio::use_awaitable));
+  s.shutdown(tcp::socket::shutdown_both, ec);
+  s.close(ec);
+  l.refusing.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Worker::close_idle_sessions(Listener& l, std::size_t n) {
+  for (Session* s = sessions_; s && n > 0; s = s->next) {
+    if (&s->listener() == &l && s->idle()) {
+      s->close_if_idle();
+      --n;
+    }
+  }
+}
+
+Fuse& Worker::fuse(Listener& l, Cluster& c) {
+  if (fuses_.empty()) fuses_.resize(rt->listeners.size());
+  auto& row = fuses_[l.index];
+  if (row.empty()) row.resize(rt->clusters.size());
+  auto& f = row[c.index];
+  if (!f) {
+    f = std::make_unique<Fuse>();
+    f->listener = &l;
+    f->per_endpoint = l.cfg.fuse.connections_per_endpoint;
+    f->queue_max = l.cfg.fuse.queue;
+    f->eps.resize(c.endpoints.size());
+  }
+  return *f;
+}
+
+bool Worker::fuse_try_acquire(Fuse& f, Cluster& c) {
+  // Room for per_endpoint requests per available endpoint (at least one
+  // endpoint's worth, so a cluster with none answers no_endpoint at once
+  // rather than making batch requests wait for nothing).
+  std::uint32_t available = 0;
+  for (std::size_t i = 0; i < f.eps.size(); ++i)
+    available += c.endpoints[i]->effective_weight.load(std::memory_order_relaxed) > 0;
+  const std::uint32_t capacity = f.per_endpoint * std::max<std::uint32_t>(1, available);
+  if (f.in_use < capacity && f.waiters.empty()) {
+    ++f.in_use;
+    f.listener->fuse_in_use.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+void Worker::fuse_release(Fuse& f) {
+  if (!f.waiters.empty()) {
+    // The slot passes straight to the longest waiter.
+    FuseWaiter* w = f.waiters.front();
+    f.waiters.pop_front();
+    f.listener->fuse_waiting.fetch_sub(1, std::memory_order_relaxed);
+    w->granted = true;
+    w->timer->cancel();
+    return;
+  }
+  --f.in_use;
+  f.listener->fuse_in_use.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::size_t Worker::fuse_pick(Fuse& f, Cluster& c) {
+  // Prefer an idle connection (reuse), then the endpoint with the fewest
+  // open connections that still has room, among available endpoints.
+  std::size_t best = core::kNoEndpoint;
+  for (std::size_t i = 0; i < f.eps.size(); ++i) {
+    if (c.endpoints[i]->effective_weight.load(std::memory_order_relaxed) <= 0) continue;
+    if (!f.eps[i].idle.empty()) return i;
+    if (f.eps[i].open < f.per_endpoint && (best == core::kNoEndpoint || f.eps[i].open < f.eps[best].open)) best = i;
+  }
+  return best;
+}
+
+std::unique_ptr<UpstreamConn> Worker::fuse_take(Fuse& f, std::size_t e, TimePoint t) {
+  auto& list = f.eps[e].idle;
+  while (!list.empty()) {
+    auto conn = std::move(list.back());
+    list.pop_back();
+    auto& c = *rt->clusters[conn->cluster];
+    if (t - conn->idle_since >= c.cfg.idle_timeout) continue;  // destroyed: the slot frees
+    if (conn->generation != c.endpoints[e]->addr_generation.load(std::memory_order_acquire)) continue;
+    return conn;
+  }
+  return nullptr;
+}
+
+void Worker::fuse_note_open(Fuse& f, UpstreamConn& conn, std::size_t e) {
+  conn.fuse = &f;
+  ++f.eps[e].open;
+  f.listener->fuse_open.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Worker::begin_drain() {
@@ -167,6 +323,12 @@ std::unique_ptr<UpstreamConn> Worker::take_idle(std::size_t c, std::size_t e, Ti
 }
 
 void Worker::put_idle(std::unique_ptr<UpstreamConn> conn, TimePoint t) {
+  if (conn->fuse) {
+    conn->idle_since = t;
+    conn->buf.clear();
+    if (!draining_) conn->fuse->eps[conn->endpoint].idle.push_back(std::move(conn));
+    return;
+  }
   auto& cl = *rt->clusters[conn->cluster];
   auto& list = idle_[conn->cluster][conn->endpoint];
   if (list.size() >= cl.cfg.max_idle || draining_) return;  // closed by destruction

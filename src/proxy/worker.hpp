@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -22,18 +23,43 @@ namespace levee::proxy {
 
 class Server;
 class Session;
+struct Fuse;
 
 /// An upstream connection, pooled per worker and endpoint.
 struct UpstreamConn {
   UpstreamConn(boost::asio::io_context& ctx, std::size_t max_head)
       : sock(ctx), buf(8 * 1024, max_head + 16 * 1024) {}
+  ~UpstreamConn();
   tcp::socket sock;
+  Fuse* fuse = nullptr;  ///< the batch fuse this connection counts against
   IoBuffer buf;
   TimePoint idle_since{};
   std::uint64_t uses = 0;
   std::uint64_t generation = 0;  ///< the endpoint's address generation when connected
   std::size_t cluster = 0;
   std::size_t endpoint = 0;
+};
+
+/// A batch listener's fuse for one cluster: at most `per_endpoint`
+/// upstream connections to each endpoint, open or idle, whatever the
+/// number of downstream connections. Requests wait for a slot in a bounded
+/// FIFO; a returned slot goes straight to the next waiter. Lives on the one
+/// worker that serves batch listeners, so it needs no lock.
+struct FuseWaiter {
+  bool granted = false;
+  boost::asio::steady_timer* timer = nullptr;
+};
+struct Fuse {
+  struct Endpoint {
+    std::vector<std::unique_ptr<UpstreamConn>> idle;
+    std::uint32_t open = 0;
+  };
+  Listener* listener = nullptr;
+  std::uint32_t per_endpoint = 4;
+  std::uint32_t queue_max = 1024;
+  std::vector<Endpoint> eps;
+  std::uint32_t in_use = 0;  ///< slots held by requests
+  std::deque<FuseWaiter*> waiters;
 };
 
 /// Per-request scratch space, pooled per worker so that idle keep-alive
@@ -96,6 +122,18 @@ class Worker {
   /// P2C pick over this worker's view of the cluster; kNoEndpoint if none.
   std::size_t pick(Cluster& c, std::size_t avoid);
 
+  // Batch fuse (only on the worker that serves batch listeners) ------------
+  Fuse& fuse(Listener& l, Cluster& c);
+  /// A slot now, if one is free and nobody is waiting.
+  bool fuse_try_acquire(Fuse& f, Cluster& c);
+  /// Returns a slot; it goes to the longest waiter, if any.
+  void fuse_release(Fuse& f);
+  /// An available endpoint with an idle fuse connection or room for one.
+  std::size_t fuse_pick(Fuse& f, Cluster& c);
+  std::unique_ptr<UpstreamConn> fuse_take(Fuse& f, std::size_t endpoint, TimePoint t);
+  void fuse_note_open(Fuse& f, UpstreamConn& conn, std::size_t endpoint);
+  bool serves_batch() const noexcept { return index == 0; }
+
   std::unique_ptr<Exchange> take_exchange();
   void put_exchange(std::unique_ptr<Exchange> e);
 
@@ -114,6 +152,12 @@ class Worker {
 
  private:
   boost::asio::awaitable<void> accept_loop(tcp::acceptor& a, Listener& l);
+  /// Refuses a connection politely: reads the request briefly, answers 503
+  /// with Retry-After and the reason, closes.
+  boost::asio::awaitable<void> refuse(tcp::socket s, Listener& l, core::Reason reason);
+  /// Near the connection cap: close this listener's idle keep-alive
+  /// connections on this worker, up to n.
+  void close_idle_sessions(Listener& l, std::size_t n);
   void sweep_idle();
 
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
@@ -130,6 +174,7 @@ class Worker {
   std::vector<LbView> lb_;
 
   std::vector<std::unique_ptr<Exchange>> exchanges_;
+  std::vector<std::vector<std::unique_ptr<Fuse>>> fuses_;  // [listener][cluster]
   Session* sessions_ = nullptr;
   WatchedNames watched_;
   ResponseWatched resp_watched_;

@@ -1,0 +1,151 @@
+"""Batch-proxy fuse and connection-level protection (issue 6)."""
+import asyncio
+import socket
+import threading
+import time
+import unittest
+
+from harness import Backend, Levee, cluster, free_port, port_open, wait_until
+
+
+async def one_request(port, path="/", source=None, timeout=15.0):
+    """Opens a connection, sends one request, returns (status, headers, seconds)."""
+    t0 = time.monotonic()
+    try:
+        if source:
+            sock = socket.socket()
+            sock.bind((source, 0))
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+        else:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: batch\r\n\r\n".encode())
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+        lines = head.decode().split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for l in lines[1:]:
+            if ":" in l:
+                k, v = l.split(":", 1)
+                headers[k.strip().lower()] = v.strip()
+        n = int(headers.get("content-length", "0"))
+        if n:
+            await asyncio.wait_for(reader.readexactly(n), timeout)
+        writer.close()
+        return status, headers, time.monotonic() - t0
+    except (asyncio.TimeoutError, ConnectionError, OSError, asyncio.IncompleteReadError) as e:
+        return 0, {"error": repr(e)}, time.monotonic() - t0
+
+
+def run_many(port, n, **kw):
+    async def main():
+        return await asyncio.gather(*(one_request(port, **kw) for _ in range(n)))
+    return asyncio.run(main())
+
+
+class Fuse(unittest.TestCase):
+    def test_2000_batch_clients_through_a_fuse_of_4(self):
+        # Capacity 4 workers x 20 ms = 200/s; 2000 clients at once.
+        be = Backend(self, workers=4, service="fixed:20ms")
+        lv = Levee(self, [cluster("app", [be.address], concurrency={"limit": 64})],
+                   listener={"mode": "batch", "max_connections": 5000,
+                             "fuse": {"connections_per_endpoint": 4, "queue": 5000, "queue_timeout": "2s"}},
+                   workers=2)
+        be.admin("reset")
+        results = run_many(lv.port, 2000)
+        statuses = [s for s, _, _ in results]
+        self.assertEqual(statuses.count(0), 0, [h for s, h, _ in results if s == 0][:3])
+        ok = statuses.count(200)
+        shed = [h for s, h, _ in results if s == 503]
+        self.assertEqual(ok + len(shed), 2000)
+        self.assertGreater(ok, 300)  # ~2 s of capacity
+        self.assertGreater(len(shed), 500)
+        self.assertTrue(all(h.get("x-levee-reject") == "fuse" and int(h["retry-after"]) >= 1 for h in shed))
+        # None hangs past the queue timeout (plus the service time and slack).
+        self.assertLess(max(t for _, _, t in results), 2.0 + 1.0)
+        # The backend never saw more than 4 connections from levee (+1: this query).
+        self.assertLessEqual(be.stats()["max_connections"], 5)
+        self.assertLessEqual(lv.metric("levee_fuse_connections", listener="main"), 4)
+        self.assertGreater(lv.metric("levee_rejected_total", reason="fuse", criticality="SHEDDABLE_PLUS"), 500)
+        # Bounded memory for 2000 connections.
+        self.assertLess(lv.proc.rss_peak_kib() / 1024, 128)
+
+    def test_batch_requests_default_to_sheddable_plus(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])], listener={"mode": "batch"})
+        _, _, body = lv.request("GET", "/headers")
+        self.assertEqual(lv.metric("levee_admitted_total", criticality="SHEDDABLE_PLUS"), 1)
+
+
+class ConnectionGuards(unittest.TestCase):
+    def test_one_source_cannot_starve_another(self):
+        be = Backend(self, workers=64, service="fixed:200ms")
+        lv = Levee(self, [cluster("app", [be.address], concurrency={"limit": 128})],
+                   listener={"max_connections_per_source": 50, "max_connections": 5000})
+
+        async def main():
+            flood = [one_request(lv.port, source="127.0.0.1") for _ in range(1000)]
+            other = one_request(lv.port, source="127.0.0.2")
+            res = await asyncio.gather(other, *flood)
+            return res[0], res[1:]
+        other, flood = asyncio.run(main())
+        self.assertEqual(other[0], 200, other)
+        refused = [h for s, h, _ in flood if s == 503]
+        self.assertGreater(len(refused), 800)
+        self.assertTrue(all(h.get("x-levee-reject") == "conn_limit" and "retry-after" in h for h in refused))
+        self.assertGreater(lv.metric("levee_downstream_refused_total", cause="per_source"), 800)
+
+    def test_connection_cap_refuses_politely_and_closes_idle_first(self):
+        be = Backend(self, workers=16, service="fixed:1ms")
+        lv = Levee(self, [cluster("app", [be.address])], listener={"max_connections": 10})
+        # Ten idle keep-alive connections, each after one request.
+        idle = []
+        for _ in range(10):
+            s = socket.create_connection(("127.0.0.1", lv.port))
+            s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            data = b""
+            while b"ok\n" not in data:
+                data += s.recv(4096)
+            idle.append(s)
+        # A new client is served: idle connections make room first.
+        self.assertEqual(lv.request("GET", "/")[0], 200)
+        closed = 0
+        for s in idle:
+            s.settimeout(2)
+            try:
+                if s.recv(10) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            s.close()
+        self.assertGreaterEqual(closed, 1)
+        # Busy connections do not make room: the next one is refused politely.
+        def busy():
+            lv.request("GET", "/slow?ms=1500")
+        threads = [threading.Thread(target=busy) for _ in range(10)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: lv.metric("levee_downstream_active_connections", listener="main") >= 10, what="busy")
+        status, headers, _ = lv.request("GET", "/")
+        self.assertEqual(status, 503)
+        self.assertEqual(headers["x-levee-reject"], "conn_limit")
+        self.assertIn("retry-after", headers)
+        for t in threads:
+            t.join()
+        self.assertGreater(lv.metric("levee_downstream_refused_total", cause="max_connections"), 0)
+
+    def test_accept_rate_limit(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])], listener={"accept_rate": 20})
+        results = run_many(lv.port, 80)
+        refused = [h for s, h, _ in results if s == 503]
+        served = [s for s, _, _ in results if s == 200]
+        self.assertGreater(len(served), 10)
+        self.assertGreater(len(refused), 20)
+        self.assertGreater(lv.metric("levee_downstream_refused_total", cause="accept_rate"), 20)
+
+
+if __name__ == "__main__":
+    unittest.main()
