@@ -16,6 +16,7 @@ def levee_config(port, admin_port, backends, workers, front, scenario):
     """levee with a static limit at the backend's workers (levee), no
     capacity configured (levee-adaptive), or every gate off (levee-nogates)."""
     s = scenario.get("levee", {})
+    front, _, variant = front.partition("+")
     cluster = {"name": "app", "endpoints": [f"127.0.0.1:{p}" for p in backends],
                "queue": {"target": s.get("queue_target", "50ms")},
                "connect_timeout": "1s", "response_timeout": "30s"}
@@ -26,6 +27,9 @@ def levee_config(port, admin_port, backends, workers, front, scenario):
         cluster["throttle"] = {"enabled": False}
         cluster["retry"] = {"enabled": False}
     for k, v in s.get("cluster", {}).items():
+        cluster[k] = v
+    # A variant ("levee+name") merges its own cluster settings on top.
+    for k, v in s.get("variants", {}).get(variant, {}).items():
         cluster[k] = v
     cfg = {"admin": {"address": "127.0.0.1", "port": admin_port},
            "workers": 1,

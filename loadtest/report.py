@@ -93,7 +93,32 @@ def markdown(summary, runs):
             table(["front"] + classes + ["rejection p99", "timeouts", "rejections"], rows), ""]
     if sc.get("events"):
         out += ["Events: " + ", ".join(f"{e['action']} at {e['at']:g}s" for e in sc["events"]), ""]
+    after = sc.get("report", {}).get("recovery_after")
+    if after is not None:
+        rows = []
+        for f in fronts:
+            r = runs.get((f, top))
+            if not r:
+                continue
+            ser = series(os.path.join(summary.get("_dir", ""), f"{f}-{top:g}x.csv"))
+            cap = r["capacity"]
+            rec = recovery(ser, after, cap)
+            worst = min((x["ok"] for x in ser if after <= x["second"] < after + 5), default=0)
+            tail = [x for x in ser if after + 5 <= x["second"] < after + 10]
+            steady = sum(x["ok"] for x in tail) / max(1, len(tail))
+            rows.append([f, "never" if rec is None else f"{rec} s", f"{100 * worst / cap:.0f}%",
+                         f"{100 * steady / cap:.0f}%"])
+        out += [f"Recovery after the event at {after:g} s: seconds until a second's goodput is back to 90% of "
+                "capacity; the worst second in the 5 s after; the mean of the next 5 s:", "",
+                table(["front", "recovery", "worst second after", "5-10 s after"], rows), ""]
     return "\n".join(out)
+
+
+def recovery(rows, after, capacity):
+    for x in rows:
+        if x["second"] >= after and x["ok"] >= 0.9 * capacity:
+            return x["second"] - after
+    return None
 
 
 def plots(summary, runs, result_dir, img_dir):
@@ -188,6 +213,7 @@ def main():
     ap.add_argument("--md", default=None, help="also write the markdown to this file")
     args = ap.parse_args()
     summary, runs = load(args.results)
+    summary["_dir"] = args.results
     md = markdown(summary, runs)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     img = args.img or os.path.join(root, "docs", "img")

@@ -92,11 +92,14 @@ class Procs:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def start_backend(procs, port, b, index):
+def start_backend(procs, port, b, index, cold=False):
+    """cold: a restart, slower for its first warmup_seconds (if configured)."""
     args = pin("1") + [os.path.join(BUILD, "levee-backend"), "--port", str(port), "--workers", str(b["workers"]),
                        "--service", b["service"], "--orca", b["orca"], "--id", f"b{index}"]
     if b["burn"]:
         args.append("--burn")
+    if cold and b["warmup_seconds"] > 0:
+        args += ["--warmup-seconds", str(b["warmup_seconds"]), "--warmup-factor", str(b["warmup_factor"])]
     p = procs.start(args, f"backend{index}")
     wait_port(port)
     return p
@@ -172,7 +175,7 @@ def run_events(events, t0, procs, ports, scenario, log):
                         p.send_signal(signal.SIGKILL)
                         p.wait()
             elif e["action"] == "restart":
-                start_backend(procs, ports[i], scenario["backend"], i)
+                start_backend(procs, ports[i], scenario["backend"], i, cold=True)
             else:
                 backend_action(ports[i], e["action"])
             log.append({"at": round(time.monotonic() - t0, 3), "action": e["action"], "instance": i})

@@ -52,13 +52,19 @@ def parse(doc, name="scenario"):
     b = doc.get("backend", {})
     s["backend"] = {"workers": int(b.get("workers", 10)), "service": str(b.get("service", "fixed:10ms")),
                     "instances": int(b.get("instances", 1)), "orca": str(b.get("orca", "text")),
-                    "burn": bool(b.get("burn", False))}
+                    "burn": bool(b.get("burn", False)),
+                    "warmup_seconds": float(b.get("warmup_seconds", 0)),
+                    "warmup_factor": float(b.get("warmup_factor", 1))}
     if s["backend"]["workers"] < 1 or s["backend"]["instances"] < 1:
         raise ScenarioError(f"{name}: backend.workers and backend.instances must be >= 1")
     fronts = doc.get("fronts", ["levee"])
+    variants = (doc.get("levee") or {}).get("variants", {})
     for f in fronts:
-        if f not in FRONTS:
+        base, _, variant = f.partition("+")
+        if base not in FRONTS:
             raise ScenarioError(f"{name}: unknown front '{f}' (known: {', '.join(FRONTS)})")
+        if variant and (not base.startswith("levee") or variant not in variants):
+            raise ScenarioError(f"{name}: front '{f}': no levee variant '{variant}' in levee.variants")
     s["fronts"] = list(fronts)
     load = doc.get("load")
     if not isinstance(load, dict):

@@ -51,6 +51,11 @@ struct Options {
   double cost_factor = 1.0;   // reported cost = service time x factor
   std::string id = "";
   unsigned threads = 1;
+  // Cold start: right after start the service time is multiplied by
+  // warmup_factor, decaying linearly to 1 over warmup_seconds (cold caches,
+  // a cold runtime), so re-adding a backend at full share can hurt it.
+  double warmup_seconds = 0;
+  double warmup_factor = 1;
 };
 
 double parse_ms(std::string_view s) {
@@ -311,6 +316,11 @@ class Backend {
     }
     double ms = dist_.draw_ms(rng_);
     if (auto o = field(p, "x-test-service-ms"); !o.empty()) ms = std::stod(std::string(o));
+    if (opt_.warmup_seconds > 0) {
+      double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+      double cold = std::max(0.0, 1.0 - age / opt_.warmup_seconds);
+      ms *= 1.0 + (opt_.warmup_factor - 1.0) * cold;
+    }
     co_await acquire_worker();
     auto b = stats_.busy.fetch_add(1) + 1;
     bump_max(stats_.max_busy, b);
@@ -452,6 +462,7 @@ class Backend {
   double fail_rate_ = 0;
   bool health_ok_ = true;
   bool hang_ = false;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 
  public:
   void init() { free_workers_ = opt_.workers; }
@@ -479,9 +490,12 @@ int main(int argc, char** argv) {
     else if (a == "--cost-factor") o.cost_factor = std::stod(next());
     else if (a == "--id") o.id = next();
     else if (a == "--threads") o.threads = static_cast<unsigned>(std::stoi(next()));
+    else if (a == "--warmup-seconds") o.warmup_seconds = std::stod(next());
+    else if (a == "--warmup-factor") o.warmup_factor = std::stod(next());
     else if (a == "--help") {
       std::cout << "levee-backend [--address A] [--port P] [--workers N] [--service fixed:10ms|exp:10ms|uniform:5ms:15ms|lognormal:10ms:0.5]\n"
-                   "              [--burn] [--orca text|json|none|garbage] [--cost-factor F] [--id NAME]\n";
+                   "              [--burn] [--orca text|json|none|garbage] [--cost-factor F] [--id NAME]\n"
+                   "              [--warmup-seconds S --warmup-factor F]   (cold start: F x slower, fading over S)\n";
       return 0;
     } else {
       std::cerr << "unknown argument " << a << "\n";
