@@ -104,7 +104,7 @@ def idle_cost(n):
         path = os.path.join(procs.dir, "levee.yaml")
         with open(path, "w") as f:
             json.dump({"admin": {"address": "127.0.0.1", "port": ap}, "workers": 1, "access_log": {"enabled": False},
-                       "listeners": [{"name": "idle", "address": "127.0.0.1", "port": lp, "max_connections": n + 100,
+                       "listeners": [{"name": "idle", "address": "127.0.0.1", "port": lp, "max_connections": 4 * n,
                                       "idle_timeout": "10m", "routes": [{"cluster": "app"}]}],
                        "clusters": [{"name": "app", "endpoints": [f"127.0.0.1:{be}"]}]}, f)
         lv = procs.start(pin("0") + [os.path.join(BUILD, "levee"), "-c", path], "levee")
@@ -118,7 +118,10 @@ def idle_cost(n):
         for s in socks:
             data = b""
             while b"ok\n" not in data:
-                data += s.recv(4096)
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise RuntimeError("levee closed an idle-cost connection")
+                data += chunk
         rss1, cpu1 = proc_stats(lv.pid)
         time.sleep(10)
         rss2, cpu2 = proc_stats(lv.pid)

@@ -17,7 +17,7 @@ QueueGate::QueueGate(QueueConfig q, ConcurrencyLimitConfig l)
   free_ = 0;
 }
 
-std::uint32_t QueueGate::push(TimePoint now, Criticality c, TimePoint deadline,
+std::uint32_t QueueGate::push(TimePoint now, std::size_t ln, TimePoint deadline,
                               std::uint64_t cookie) {
   std::uint32_t i = free_;
   Node& n = nodes_[i];
@@ -27,11 +27,11 @@ std::uint32_t QueueGate::push(TimePoint now, Criticality c, TimePoint deadline,
   const auto grace = std::chrono::duration_cast<Duration>(cfg_.target * std::max(1.0, cfg_.max_wait_factor));
   n.expires = std::min(deadline, now + grace);
   n.cookie = cookie;
-  n.crit = c;
+  n.lane = static_cast<std::uint8_t>(ln);
   n.queued = true;
   ++n.gen;
   if (n.gen == 0) n.gen = 1;  // ticket 0 means "no ticket"
-  List& l = lists_[index(c)];
+  List& l = lists_[ln];
   n.prev = l.tail;
   n.next = kNil;
   if (l.tail != kNil) nodes_[l.tail].next = i; else l.head = i;
@@ -43,7 +43,7 @@ std::uint32_t QueueGate::push(TimePoint now, Criticality c, TimePoint deadline,
 
 void QueueGate::unlink(std::uint32_t i) noexcept {
   Node& n = nodes_[i];
-  List& l = lists_[index(n.crit)];
+  List& l = lists_[n.lane];
   if (n.prev != kNil) nodes_[n.prev].next = n.next; else l.head = n.next;
   if (n.next != kNil) nodes_[n.next].prev = n.prev; else l.tail = n.prev;
   --l.size;
@@ -71,7 +71,7 @@ QueueGate::Wake QueueGate::grant(std::uint32_t i, TimePoint now) noexcept {
   unlink(i);
   ++in_flight_;
   w.in_flight = in_flight_;
-  note_grant(now, w.waited, n.crit);
+  note_grant(now, w.waited, n.lane);
   return w;
 }
 
@@ -94,9 +94,9 @@ TimePoint QueueGate::next_expiry() const noexcept {
   return t;
 }
 
-void QueueGate::note_grant(TimePoint now, Duration sojourn, Criticality c) noexcept {
+void QueueGate::note_grant(TimePoint now, Duration sojourn, std::size_t ln) noexcept {
   limit_.on_start(now);
-  grants_.add(now, index(c), 1.0);
+  grants_.add(now, ln, 1.0);
   min_sojourn_ = std::min(min_sojourn_, sojourn);
   queue_time_.update(now, to_seconds(sojourn));
 }
@@ -134,12 +134,12 @@ double QueueGate::drain_rate(TimePoint now) noexcept {
   return rate;
 }
 
-Duration QueueGate::estimate_wait(TimePoint now, std::uint32_t ahead, Criticality c) noexcept {
+Duration QueueGate::estimate_wait(TimePoint now, std::uint32_t ahead, std::size_t ln) noexcept {
   if (ahead == 0) return Duration::zero();
   double rate = drain_rate(now);
   if (rate <= 0) return Duration::zero();
-  if (index(c) + 1 < kCriticalityCount) {
-    double above = grants_.sum(now, index(c) + 1, kCriticalityCount - 1) / to_seconds(grants_.span(now));
+  if (ln + 1 < kLanes) {
+    double above = grants_.sum(now, ln + 1, kLanes - 1) / to_seconds(grants_.span(now));
     // Never below 2% of the drain: a class is starved only while the ones
     // above it demonstrably take (nearly) everything.
     rate = std::max(rate - above, rate * 0.02);

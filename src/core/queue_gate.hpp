@@ -20,6 +20,11 @@
 //    at which k is granted permits. With that, lower classes are refused
 //    at arrival when the classes above them use all the capacity, instead
 //    of being admitted and then starved in the queue.
+//  * Work-conserving quotas: a request whose tenant is over quota while the
+//    cluster is overloaded may enter a lane below SHEDDABLE. It gets only
+//    what every in-quota request leaves (its drain rate is what the lanes
+//    above take away), so spare capacity is not wasted, and when there is
+//    none it is refused at arrival like any other.
 //  * A full queue makes room for a more critical arrival by evicting the
 //    newest entry of the least critical class below it.
 //  * CoDel-style overload detection: if the minimum time spent queued over
@@ -98,7 +103,7 @@ class QueueGate {
   /// are reported to sink.
   template <typename Sink>
   Arrival arrive(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie,
-                 Sink&& sink);
+                 Sink&& sink, bool over_quota = false);
 
   /// Returns a permit; sample is null when the request never reached a backend.
   template <typename Sink>
@@ -123,7 +128,9 @@ class QueueGate {
   // --- observability -------------------------------------------------------
   std::uint32_t in_flight() const noexcept { return in_flight_; }
   std::uint32_t depth() const noexcept { return depth_; }
-  std::uint32_t depth(Criticality c) const noexcept { return lists_[index(c)].size; }
+  std::uint32_t depth(Criticality c) const noexcept { return lists_[lane(c, false)].size; }
+  /// Requests waiting in the over-quota lane.
+  std::uint32_t depth_over_quota() const noexcept { return lists_[0].size; }
   /// The limit in force: the controller's, scaled down while endpoints are
   /// missing or ramping up (see set_limit_scale).
   std::uint32_t limit() const noexcept {
@@ -148,6 +155,11 @@ class QueueGate {
 
  private:
   static constexpr std::uint32_t kNil = std::numeric_limits<std::uint32_t>::max();
+  /// Lane 0 holds over-quota requests; lanes 1..4 the criticalities.
+  static constexpr std::size_t kLanes = kCriticalityCount + 1;
+  static constexpr std::size_t lane(Criticality c, bool over_quota) noexcept {
+    return over_quota ? 0 : index(c) + 1;
+  }
 
   struct Node {
     TimePoint enqueued{};
@@ -157,7 +169,7 @@ class QueueGate {
     std::uint32_t prev = kNil;
     std::uint32_t next = kNil;
     std::uint32_t gen = 0;
-    Criticality crit = Criticality::Sheddable;
+    std::uint8_t lane = 1;
     bool queued = false;
   };
   struct List {
@@ -169,15 +181,15 @@ class QueueGate {
   static Ticket make_ticket(std::uint32_t idx, std::uint32_t gen) noexcept {
     return (static_cast<Ticket>(gen) << 32) | idx;
   }
-  std::uint32_t push(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie);
+  std::uint32_t push(TimePoint now, std::size_t lane, TimePoint deadline, std::uint64_t cookie);
   void unlink(std::uint32_t i) noexcept;
   void roll_codel(TimePoint now) noexcept;
-  void note_grant(TimePoint now, Duration sojourn, Criticality c) noexcept;
+  void note_grant(TimePoint now, Duration sojourn, std::size_t lane) noexcept;
   Wake drop(std::uint32_t i, TimePoint now) noexcept;
   Wake grant(std::uint32_t i, TimePoint now) noexcept;
   Duration estimate_wait(TimePoint now, std::uint32_t ahead) noexcept;
-  /// Wait for class c: the drain rate left after the classes above it.
-  Duration estimate_wait(TimePoint now, std::uint32_t ahead, Criticality c) noexcept;
+  /// Wait for a lane: the drain rate left after the lanes above it.
+  Duration estimate_wait(TimePoint now, std::uint32_t ahead, std::size_t lane) noexcept;
 
   QueueConfig cfg_;
   ConcurrencyLimit limit_;
@@ -186,7 +198,7 @@ class QueueGate {
   std::uint32_t depth_ = 0;
   std::vector<Node> nodes_;
   std::uint32_t free_ = kNil;
-  std::array<List, kCriticalityCount> lists_{};
+  std::array<List, kLanes> lists_{};
 
   // CoDel
   TimePoint interval_start_{};
@@ -196,7 +208,7 @@ class QueueGate {
   Ewma queue_time_;
   Ewma latency_;
   SlidingWindow<1> departures_;
-  SlidingWindow<kCriticalityCount> grants_;
+  SlidingWindow<kLanes> grants_;
   TimePoint last_departure_{};  ///< or the start of the current busy period
   bool seen_departure_ = false;
 };
@@ -204,23 +216,24 @@ class QueueGate {
 // ---------------------------------------------------------------------------
 
 template <typename Sink>
-QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint deadline,
-                                     std::uint64_t cookie, Sink&& sink) {
+QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie,
+                                     Sink&& sink, bool over_quota) {
   pump(now, sink);
   if (deadline <= now) {
     return {Outcome::Rejected, kNoTicket, Decision::reject(Reason::Deadline, Duration::zero()), {}};
   }
-  if (in_flight_ < limit()) {
+  const std::size_t ln = lane(c, over_quota);
+  if (in_flight_ < limit() && (!over_quota || depth_ == 0)) {
     // pump() left free slots only if the queue is empty.
     if (in_flight_ == 0) last_departure_ = now;  // a busy period starts
     ++in_flight_;
-    note_grant(now, Duration::zero(), c);
+    note_grant(now, Duration::zero(), ln);
     return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero()};
   }
   std::uint32_t ahead = 0;
-  for (std::size_t k = index(c) + 1; k < kCriticalityCount; ++k) ahead += lists_[k].size;
-  if (!lifo()) ahead += lists_[index(c)].size;
-  const Duration wait = estimate_wait(now, ahead + 1, c);
+  for (std::size_t k = ln + 1; k < kLanes; ++k) ahead += lists_[k].size;
+  if (!lifo()) ahead += lists_[ln].size;
+  const Duration wait = estimate_wait(now, ahead + 1, ln);
   const Duration budget = std::min(cfg_.target, deadline - now);
   if (wait > budget) {
     // Retry once the queue in front has drained.
@@ -228,9 +241,9 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
     return {Outcome::Rejected, kNoTicket, Decision::reject(Reason::QueueWait, drain), wait};
   }
   if (depth_ >= cfg_.max) {
-    // Evict the newest entry of the least critical class below c, if any.
+    // Evict the newest entry of the lowest lane below this one, if any.
     std::uint32_t victim = kNil;
-    for (std::size_t k = 0; k < index(c); ++k) {
+    for (std::size_t k = 0; k < ln; ++k) {
       if (lists_[k].size > 0) {
         victim = lists_[k].tail;
         break;
@@ -244,7 +257,7 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
     w.decision = Decision::reject(Reason::QueueFull, estimate_wait(now, depth_));
     sink(w);
   }
-  std::uint32_t i = push(now, c, deadline, cookie);
+  std::uint32_t i = push(now, ln, deadline, cookie);
   return {Outcome::Queued, make_ticket(i, nodes_[i].gen), Decision::admit(), wait};
 }
 
@@ -273,7 +286,7 @@ void QueueGate::pump(TimePoint now, Sink&& sink) {
   }
   const bool newest_first = lifo();
   while (in_flight_ < limit() && depth_ > 0) {
-    std::size_t k = kCriticalityCount;
+    std::size_t k = kLanes;
     while (k > 0 && lists_[k - 1].size == 0) --k;
     List& l = lists_[k - 1];
     std::uint32_t i = newest_first ? l.tail : l.head;

@@ -120,16 +120,25 @@ AdmitResult Cluster::admit(const AdmitInput& in) {
     }
     r.overloaded = overloaded_locked(in.now);
     const auto& tc = rt_.cfg->tenants;
+    // Over quota while overloaded: the request is not refused outright but
+    // goes to the queue's lowest lane, behind every in-quota request. It is
+    // served from capacity nobody in quota uses, and refused (429) when
+    // there is none: fair, and no capacity is wasted.
+    bool over_quota = false;
+    Decision quota_decision;
     if (rt_.quotas_configured() && tc.enforce != config::QuotaEnforcement::Off) {
       bool enforce = tc.enforce == config::QuotaEnforcement::Always || r.overloaded;
       auto d = quota_.admit(in.tenant, in.crit, in.now, enforce);
       if (!d.admitted()) {
         if (tc.dry_run) {
           if (r.dry_run == core::Reason::None) r.dry_run = d.reason;
-        } else {
-          r.outcome = core::QueueGate::Outcome::Rejected;
+        } else if (!cfg.admission.enabled) {
+          r.outcome = core::QueueGate::Outcome::Rejected;  // no queue to demote into
           r.decision = d;
           return r;
+        } else {
+          over_quota = true;
+          quota_decision = d;
         }
       }
     }
@@ -138,10 +147,16 @@ AdmitResult Cluster::admit(const AdmitInput& in) {
       r.inflight_at_start = 0;
       return r;  // Granted without a permit
     }
-    auto a = gate_.arrive(in.now, in.crit, in.deadline, reinterpret_cast<std::uint64_t>(in.waiter), sink);
+    auto a = gate_.arrive(in.now, in.crit, in.deadline, reinterpret_cast<std::uint64_t>(in.waiter), sink,
+                          over_quota);
     r.outcome = a.outcome;
     r.decision = a.decision;
     r.ticket = a.ticket;
+    if (over_quota && a.outcome == core::QueueGate::Outcome::Rejected) {
+      // The quota is why there was no room: say so (429, its Retry-After).
+      r.decision = quota_decision;
+      r.decision.retry_after = std::max(quota_decision.retry_after, a.decision.retry_after);
+    }
     if (cfg.admission.dry_run && a.outcome != core::QueueGate::Outcome::Granted) {
       // Count what the gate would have done, then let the request through
       // holding a permit above the limit, so in-flight stays truthful.
@@ -195,6 +210,7 @@ void Cluster::complete(const Completion& c) {
     throttle_.on_response(c.crit, c.now, c.reached_backend && !c.overload_answer);
     if (c.cost) quota_.record(c.tenant, c.crit, *c.cost, c.now);
     Endpoint& ep = *endpoints[c.endpoint];
+    if (c.reached_backend) ep.latency_avg.update(c.now, core::to_seconds(c.rtt));
     if (c.utilization) {
       ep.util_avg.update(c.now, *c.utilization);
       ep.utilization.store(ep.util_avg.value(), std::memory_order_relaxed);
@@ -272,15 +288,25 @@ void Cluster::refresh_weights(TimePoint t) {
   {
     std::lock_guard lk(mu_);
     double nominal = 0, ready = 0;
+    // The latency of the warm endpoints: what a ramping one is held to.
+    double warm = -1;
+    for (auto& ep : endpoints) {
+      if (ep->slow_start.active() || !ep->healthy.load() || ep->ejected.load() || !ep->latency_avg.initialized())
+        continue;
+      double l = ep->latency_avg.value();
+      warm = warm < 0 ? l : std::min(warm, l);
+    }
     for (auto& ep : endpoints) {
       if (ep->ejected.load() && !ep->outlier.ejected(t)) {
         ep->ejected.store(false);
         ep->slow_start.restart(t);
       }
       // Readiness-driven slow start: the ramp advances only while the
-      // endpoint's own utilization says it copes.
-      double u = ep->utilization.load(std::memory_order_relaxed);
-      bool copes = u < 0 || cfg.overload.utilization <= 0 || u <= cfg.overload.utilization;
+      // endpoint keeps up, i.e. its latency is within 1.5x that of its warm
+      // peers. (Utilization cannot tell: any backend carrying its share of
+      // a heavy load is near 100% busy, cold or warm.) Without warm peers
+      // to compare with, the ramp is time-based.
+      bool copes = warm < 0 || !ep->latency_avg.initialized() || ep->latency_avg.value() <= 1.5 * warm;
       ep->slow_start.tick(t, copes);
       double w = 0.0;
       if (ep->healthy.load() && !ep->ejected.load()) w = ep->weight * ep->slow_start.multiplier();
@@ -308,6 +334,7 @@ Cluster::Snapshot Cluster::snapshot(TimePoint t) {
   s.in_flight = gate_.in_flight();
   s.depth = gate_.depth();
   s.limit = cfg.admission.enabled ? gate_.limit() : 0;
+  s.depth_over_quota = gate_.depth_over_quota();
   for (auto c : core::kAllCriticalities) {
     s.depth_by_crit[core::index(c)] = gate_.depth(c);
     s.throttle_p[core::index(c)] = throttle_.probability(c, t);

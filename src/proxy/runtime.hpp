@@ -59,6 +59,7 @@ struct Endpoint {
   core::OutlierState outlier;
   core::SlowStart slow_start;
   core::Ewma util_avg{std::chrono::seconds(1)};
+  core::Ewma latency_avg{std::chrono::seconds(1)};  ///< response-header latency, seconds
 
   std::vector<tcp::endpoint> addresses() const {
     std::lock_guard lk(addr_mu_);
@@ -174,6 +175,7 @@ class Cluster final : public core::PermitOwner {
   struct Snapshot {
     std::uint32_t in_flight, depth, limit;
     std::array<std::uint32_t, core::kCriticalityCount> depth_by_crit;
+    std::uint32_t depth_over_quota;
     double queue_time_s, drain_rate, utilization;
     bool codel_overloaded, overloaded;
     std::array<double, core::kCriticalityCount> throttle_p;

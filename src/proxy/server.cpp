@@ -316,11 +316,15 @@ void Server::build_registry() {
   registry_.add(per_cluster("levee_cluster_standing_queue", "1 while CoDel sees a standing queue", [](auto& s) { return s.codel_overloaded ? 1.0 : 0.0; }));
   registry_.add(per_cluster("levee_cluster_backend_utilization", "Smoothed utilization reported by backends (-1: none)", [](auto& s) { return s.utilization; }));
   registry_.add(per_cluster("levee_cluster_arriving_retry_share", "Share of arriving requests that are retries", [](auto& s) { return s.retry_share; }));
-  registry_.add({"levee_cluster_queue_depth", "Requests waiting, by criticality", [rt, snap](auto& out) {
-                   for (std::size_t i = 0; i < snap->s.size(); ++i)
+  registry_.add({"levee_cluster_queue_depth", "Requests waiting, by criticality (OVER_QUOTA: the over-quota lane)",
+                 [rt, snap](auto& out) {
+                   for (std::size_t i = 0; i < snap->s.size(); ++i) {
                      for (auto c : core::kAllCriticalities)
                        out.push_back(sample({{"cluster", rt->clusters[i]->cfg.name}, {"criticality", std::string(core::to_string(c))}},
                                             snap->s[i].depth_by_crit[core::index(c)]));
+                     out.push_back(sample({{"cluster", rt->clusters[i]->cfg.name}, {"criticality", "OVER_QUOTA"}},
+                                          snap->s[i].depth_over_quota));
+                   }
                  }});
   registry_.add({"levee_throttle_probability", "Adaptive throttle's local rejection probability", [rt, snap](auto& out) {
                    for (std::size_t i = 0; i < snap->s.size(); ++i)

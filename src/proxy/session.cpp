@@ -202,6 +202,7 @@ asio::awaitable<void> Session::run() {
     }
     w_.put_exchange(std::move(ex_));
     if (up_) up_.reset();  // a connection not returned to the pool is closed
+    if (head == HeadResult::Ok) ++served_;
     if (!keep || rt_->draining.load(std::memory_order_relaxed)) break;
   }
   if (linger_) co_await lingering_close();

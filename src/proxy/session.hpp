@@ -27,7 +27,9 @@ class Session final : public std::enable_shared_from_this<Session>, public Waite
   Session* prev = nullptr;
   Session* next = nullptr;
   const Listener& listener() const noexcept { return l_; }
-  bool idle() const noexcept { return idle_ && !closed_; }
+  /// Between requests on a kept-alive connection (not a new one that has
+  /// yet to send its first request).
+  bool idle() const noexcept { return idle_ && !closed_ && served_ > 0; }
 
  private:
   enum class Phase : std::uint8_t { Idle, Header, Body, Queue, Connect, Upstream, Response, Write };
@@ -85,6 +87,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Waite
   bool closed_ = false;
   bool idle_ = true;
   bool linger_ = false;  ///< the client may still be sending: drain before closing
+  std::uint32_t served_ = 0;  ///< requests answered on this connection
 };
 
 }  // namespace levee::proxy

@@ -111,6 +111,8 @@ class ConnectionGuards(unittest.TestCase):
             idle.append(s)
         # A new client is served: idle connections make room first.
         self.assertEqual(lv.request("GET", "/")[0], 200)
+        # (Only connections that served a request count as idle: a new one
+        # that has yet to send its first request is left alone.)
         closed = 0
         for s in idle:
             s.settimeout(2)

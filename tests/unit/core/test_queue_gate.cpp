@@ -340,3 +340,34 @@ TEST_CASE("the limit scales with the share of the cluster that is ready", "[queu
   g.set_limit_scale(0.0);
   CHECK(g.limit() == 1);  // never zero: a cluster is never frozen by the scale
 }
+
+TEST_CASE("over-quota requests use only capacity nobody in quota takes", "[queue][quota]") {
+  QueueConfig qc;
+  qc.target = 80ms;  // the lane drains at 2% of 1000/s: 50 ms for the first, 100 ms for the second
+  QueueGate g(qc, static_limit(10));
+  SimClock clk;
+  Collect s;
+  // Spare capacity: an over-quota request is served at once.
+  CHECK(g.arrive(clk.now, Criticality::Critical, kFar, 1, s, /*over_quota=*/true).outcome == Outcome::Granted);
+  g.release(clk.now, nullptr, s);
+  // In-quota SHEDDABLE traffic keeps the 10 permits busy at 1000/s.
+  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
+  for (int t = 0; t < 1000; ++t) {
+    clk.advance(1ms);
+    QueueGate::Sample smp{10ms, 10, false};
+    g.release(clk.now, &smp, s);
+    g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
+  }
+  // Now even a CRITICAL_PLUS request over its quota waits behind all of
+  // that, so it is refused at arrival; an in-quota SHEDDABLE one queues.
+  g.arrive(clk.now, Criticality::CriticalPlus, kFar, 2, s, true);  // first in its lane
+  auto over = g.arrive(clk.now, Criticality::CriticalPlus, kFar, 3, s, true);
+  CHECK(over.outcome == Outcome::Rejected);
+  CHECK(g.depth_over_quota() == 1);
+  CHECK(g.arrive(clk.now, Criticality::Sheddable, kFar, 4, s).outcome == Outcome::Queued);
+  // And it is served last.
+  s.wakes.clear();
+  g.release(clk.now, nullptr, s);
+  REQUIRE(s.wakes.size() == 1);
+  CHECK(s.wakes[0].cookie == 4);
+}
