@@ -112,16 +112,16 @@ def idle_cost(n):
         time.sleep(0.5)
         rss0, _ = proc_stats(lv.pid)
         for _ in range(n):
+            # One at a time: this measures idle connections, not a burst.
             s = socket.create_connection(("127.0.0.1", lp))
             s.sendall(b"GET / HTTP/1.1\r\nHost: idle\r\n\r\n")
-            socks.append(s)
-        for s in socks:
             data = b""
-            while b"ok\n" not in data:
+            while b"\r\n\r\n" not in data or not data.endswith(b"\n"):
                 chunk = s.recv(4096)
                 if not chunk:
                     raise RuntimeError("levee closed an idle-cost connection")
                 data += chunk
+            socks.append(s)
         rss1, cpu1 = proc_stats(lv.pid)
         time.sleep(10)
         rss2, cpu2 = proc_stats(lv.pid)

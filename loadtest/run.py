@@ -99,7 +99,8 @@ def start_backend(procs, port, b, index, cold=False):
     if b["burn"]:
         args.append("--burn")
     if cold and b["warmup_seconds"] > 0:
-        args += ["--warmup-seconds", str(b["warmup_seconds"]), "--warmup-factor", str(b["warmup_factor"])]
+        args += ["--warmup-seconds", str(b["warmup_seconds"]), "--warmup-factor", str(b["warmup_factor"]),
+                 "--warmup-mode", b.get("warmup_mode", "slow")]
     p = procs.start(args, f"backend{index}")
     wait_port(port)
     return p

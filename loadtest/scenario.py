@@ -54,7 +54,10 @@ def parse(doc, name="scenario"):
                     "instances": int(b.get("instances", 1)), "orca": str(b.get("orca", "text")),
                     "burn": bool(b.get("burn", False)),
                     "warmup_seconds": float(b.get("warmup_seconds", 0)),
-                    "warmup_factor": float(b.get("warmup_factor", 1))}
+                    "warmup_factor": float(b.get("warmup_factor", 1)),
+                    "warmup_mode": str(b.get("warmup_mode", "slow"))}
+    if s["backend"]["warmup_mode"] not in ("slow", "thrash"):
+        raise ScenarioError(f"{name}: backend.warmup_mode must be slow or thrash")
     if s["backend"]["workers"] < 1 or s["backend"]["instances"] < 1:
         raise ScenarioError(f"{name}: backend.workers and backend.instances must be >= 1")
     fronts = doc.get("fronts", ["levee"])

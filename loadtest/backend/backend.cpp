@@ -56,6 +56,11 @@ struct Options {
   // a cold runtime), so re-adding a backend at full share can hurt it.
   double warmup_seconds = 0;
   double warmup_factor = 1;
+  // slow: cold means uniformly slower. thrash: cold means contention, the
+  // slowdown grows with the square of the backend's own concurrency (cold
+  // caches hammered by many requests), so throughput peaks at partial
+  // concurrency and falls beyond it: a full share knocks it over.
+  std::string warmup_mode = "slow";
 };
 
 double parse_ms(std::string_view s) {
@@ -319,7 +324,12 @@ class Backend {
     if (opt_.warmup_seconds > 0) {
       double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
       double cold = std::max(0.0, 1.0 - age / opt_.warmup_seconds);
-      ms *= 1.0 + (opt_.warmup_factor - 1.0) * cold;
+      double load = 1.0;
+      if (opt_.warmup_mode == "thrash" && opt_.workers > 0) {
+        double f = static_cast<double>(stats_.busy.load() + 1) / opt_.workers;
+        load = f * f;
+      }
+      ms *= 1.0 + (opt_.warmup_factor - 1.0) * cold * load;
     }
     co_await acquire_worker();
     auto b = stats_.busy.fetch_add(1) + 1;
@@ -492,6 +502,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") o.threads = static_cast<unsigned>(std::stoi(next()));
     else if (a == "--warmup-seconds") o.warmup_seconds = std::stod(next());
     else if (a == "--warmup-factor") o.warmup_factor = std::stod(next());
+    else if (a == "--warmup-mode") o.warmup_mode = next();
     else if (a == "--help") {
       std::cout << "levee-backend [--address A] [--port P] [--workers N] [--service fixed:10ms|exp:10ms|uniform:5ms:15ms|lognormal:10ms:0.5]\n"
                    "              [--burn] [--orca text|json|none|garbage] [--cost-factor F] [--id NAME]\n"

@@ -29,9 +29,9 @@
 //    newest entry of the least critical class below it.
 //  * CoDel-style overload detection: if the minimum time spent queued over
 //    an interval (default 100 ms) stays above a target (default 5 ms), the
-//    queue is "standing": the cluster is overloaded. Optionally the queue
-//    then serves newest-first within a class (adaptive LIFO), so fresh
-//    requests meet their deadlines while stale ones age out.
+//    queue is "standing": the cluster is overloaded. The queue then serves
+//    newest-first within a class (adaptive LIFO; lifo_on_overload), so
+//    fresh requests meet their deadlines while stale ones age out.
 //  * An entry whose deadline or queue-time target passes is dropped and
 //    never granted; a cancelled entry (client gone) leaves at once.
 //  * The smoothed queuing time is exported as the cluster's overload signal.
@@ -60,7 +60,7 @@ struct QueueConfig {
   double max_wait_factor = 2.0;
   Duration codel_target = std::chrono::milliseconds(5);
   Duration codel_interval = std::chrono::milliseconds(100);
-  bool lifo_on_overload = false;
+  bool lifo_on_overload = true;
   Duration drain_window = std::chrono::seconds(1);
 };
 

@@ -227,6 +227,7 @@ TEST_CASE("cancel removes a queued entry; stale tickets cannot cancel reused slo
 TEST_CASE("CoDel detects a standing queue and recovers when it drains", "[queue][codel]") {
   QueueConfig qc;
   qc.target = 1s;
+  qc.lifo_on_overload = false;  // FIFO: every entry waits the queue's length
   QueueGate g(qc, static_limit(1));
   SimClock clk;
   Collect s;
