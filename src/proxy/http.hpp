@@ -36,23 +36,27 @@ struct Field {
 };
 
 /// Where body bytes go while parsing: a fixed buffer the session flushes.
+/// The buffer is allocated on first use and kept: a request without a body
+/// (most of them, and every queued GET) never pays for it.
 class BodySink {
  public:
-  explicit BodySink(std::size_t capacity) : buf_(capacity) {}
+  explicit BodySink(std::size_t capacity) : cap_(capacity) {}
   /// Copies what fits; returns the number of bytes taken.
-  std::size_t put(std::string_view s) noexcept {
-    std::size_t n = std::min(s.size(), buf_.size() - used_);
-    std::memcpy(buf_.data() + used_, s.data(), n);
+  std::size_t put(std::string_view s) {
+    if (!buf_) buf_ = std::make_unique<char[]>(cap_);
+    std::size_t n = std::min(s.size(), cap_ - used_);
+    std::memcpy(buf_.get() + used_, s.data(), n);
     used_ += n;
     return n;
   }
-  bool full() const noexcept { return used_ == buf_.size(); }
-  std::string_view data() const noexcept { return {buf_.data(), used_}; }
+  bool full() const noexcept { return used_ == cap_; }
+  std::string_view data() const noexcept { return {buf_.get(), used_}; }
   std::size_t size() const noexcept { return used_; }
   void clear() noexcept { used_ = 0; }
 
  private:
-  std::vector<char> buf_;
+  std::unique_ptr<char[]> buf_;
+  std::size_t cap_;
   std::size_t used_ = 0;
 };
 

@@ -192,6 +192,17 @@ asio::awaitable<void> Session::run() {
   auto self = shared_from_this();
   for (;;) {
     Request rq;
+    // Between requests a connection holds only its read buffer: the
+    // per-request scratch (heads, body buffers) is taken once bytes of the
+    // next request arrive. Idle keep-alive connections stay small.
+    if (in_.empty()) {
+      idle_ = true;
+      set_deadline(now() + l_.cfg.idle_timeout, Phase::Idle);
+      auto [ec, n] = co_await down_.async_read_some(in_.prepare(), nothrow);
+      if (ec) break;  // idle timeout, drain, or the client left
+      in_.commit(n);
+      rq.rx += n;
+    }
     ex_ = w_.take_exchange();
     auto head = co_await read_head(rq);
     bool keep = false;
