@@ -100,6 +100,9 @@ struct RouteConfig {
   std::optional<Criticality> criticality;  ///< default when the header is absent
   Duration timeout = 30s;
   std::optional<TenantSource> tenant;
+  /// Send this route through a fuse pool (the listener's `fuse` settings).
+  /// On a normal listener the per-endpoint budget is split between workers.
+  bool fuse = false;
 };
 
 struct FuseConfig {

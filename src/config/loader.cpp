@@ -562,6 +562,7 @@ void read_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteCon
     r.tenant.emplace();
     read_tenant_source(ctx, t, m.sub("tenant"), *r.tenant);
   }
+  read_bool(ctx, m.take("fuse"), m.sub("fuse"), r.fuse);
 }
 
 void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, ListenerConfig& l) {

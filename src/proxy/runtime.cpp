@@ -515,7 +515,7 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w) : cfg(s
       Route r{rc.host, rc.prefix, clusters[rc.cluster_index].get(),
               rc.criticality.value_or(lc.default_criticality), rc.timeout,
               rc.tenant ? &*rc.tenant : l->tenant, route_labels.size(),
-              lc.name + "/" + std::to_string(ri)};
+              lc.name + "/" + std::to_string(ri), rc.fuse};
       route_labels.push_back(r.label);
       l->routes.push_back(std::move(r));
     }

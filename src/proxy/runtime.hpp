@@ -211,6 +211,7 @@ struct Route {
   const config::TenantSource* tenant;
   std::size_t metric_index;
   std::string label;
+  bool fuse = false;  ///< through the listener's fuse pool
 };
 
 struct Listener {

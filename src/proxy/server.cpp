@@ -104,9 +104,17 @@ void Server::start() {
   tick();
   spdlog::info("levee listening: {} worker(s), admin on {}:{}, host CPU from {}", workers_.size(),
                cfg_->admin.address, cfg_->admin.port, host_cpu_.source());
-  for (auto& l : cfg_->listeners)
+  for (auto& l : cfg_->listeners) {
     spdlog::info("listener {} on {}:{} ({} mode)", l.name, l.address, l.port,
                  l.mode == config::ListenerConfig::Mode::Batch ? "batch" : "normal");
+    const bool fuse_routes = std::any_of(l.routes.begin(), l.routes.end(), [](auto& r) { return r.fuse; });
+    if (fuse_routes && l.mode != config::ListenerConfig::Mode::Batch &&
+        l.fuse.connections_per_endpoint < workers_.size())
+      spdlog::warn("listener {}: fuse routes split {} connection(s) per endpoint across {} workers: "
+                   "some workers get none and refuse fuse traffic; raise fuse.connections_per_endpoint "
+                   "or use a batch listener",
+                   l.name, l.fuse.connections_per_endpoint, workers_.size());
+  }
 }
 
 int Server::run() {

@@ -405,11 +405,14 @@ asio::awaitable<bool> Session::handle(Request& rq) {
 
   // Batch listeners: a slot of the fuse first, so that batch requests
   // waiting for one of its few connections hold no cluster permit.
-  if (l_.cfg.mode == config::ListenerConfig::Mode::Batch) {
+  if (l_.cfg.mode == config::ListenerConfig::Mode::Batch || rq.route->fuse) {
     Fuse& f = w_.fuse(l_, *rq.cluster);
     if (!w_.fuse_try_acquire(f, *rq.cluster)) {
       const Duration qt = l_.cfg.fuse.queue_timeout;
-      if (f.waiters.size() >= f.queue_max) co_return co_await reject(rq, Decision::reject(Reason::Fuse, qt));
+      // A worker with no share of a split fuse (fewer fuse connections than
+      // workers) cannot serve it at all: say so at once.
+      if (f.waiters.size() >= f.queue_max || f.per_endpoint == 0)
+        co_return co_await reject(rq, Decision::reject(Reason::Fuse, qt));
       FuseWaiter fw;
       fw.timer = &wait_timer_;
       f.waiters.push_back(&fw);

@@ -183,6 +183,14 @@ Fuse& Worker::fuse(Listener& l, Cluster& c) {
     f = std::make_unique<Fuse>();
     f->listener = &l;
     f->per_endpoint = l.cfg.fuse.connections_per_endpoint;
+    if (l.cfg.mode != config::ListenerConfig::Mode::Batch) {
+      // A fuse route on a normal listener: every worker serves it, and
+      // sockets cannot cross workers, so the per-endpoint budget is split:
+      // worker w gets N/W, the first N%W one more. The total stays N.
+      const auto n = l.cfg.fuse.connections_per_endpoint;
+      const auto w = static_cast<std::uint32_t>(rt->workers);
+      f->per_endpoint = n / w + (index < n % w ? 1u : 0u);
+    }
     f->queue_max = l.cfg.fuse.queue;
     f->eps.resize(c.endpoints.size());
   }
@@ -196,6 +204,7 @@ bool Worker::fuse_try_acquire(Fuse& f, Cluster& c) {
   std::uint32_t available = 0;
   for (std::size_t i = 0; i < f.eps.size(); ++i)
     available += c.endpoints[i]->effective_weight.load(std::memory_order_relaxed) > 0;
+  if (f.per_endpoint == 0) return false;  // this worker's share of a split fuse is empty
   const std::uint32_t capacity = f.per_endpoint * std::max<std::uint32_t>(1, available);
   if (f.in_use < capacity && f.waiters.empty()) {
     ++f.in_use;

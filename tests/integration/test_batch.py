@@ -72,6 +72,25 @@ class Fuse(unittest.TestCase):
         # Bounded memory for 2000 connections.
         self.assertLess(lv.proc.rss_peak_kib() / 1024, 128)
 
+    def test_a_fuse_route_on_a_normal_listener_splits_its_budget(self):
+        be = Backend(self, workers=4, service="fixed:20ms")
+        lv = Levee(self, [cluster("app", [be.address], concurrency={"limit": 64})],
+                   routes=[{"match": {"prefix": "/bulk"}, "cluster": "app", "fuse": True},
+                           {"cluster": "app"}],
+                   listener={"max_connections": 5000,
+                             "fuse": {"connections_per_endpoint": 4, "queue": 2000, "queue_timeout": "1s"}},
+                   workers=2)
+        be.admin("reset")
+        results = run_many(lv.port, 400, path="/bulk")
+        statuses = [s for s, _, _ in results]
+        self.assertEqual(statuses.count(0), 0)
+        self.assertGreater(statuses.count(200), 50)
+        self.assertTrue(all(h.get("x-levee-reject") == "fuse" for s, h, _ in results if s == 503))
+        # 2 workers x 2 connections: never more than the 4 configured (+1: this query).
+        self.assertLessEqual(be.stats()["max_connections"], 5)
+        # Other routes are not fused.
+        self.assertEqual(lv.request("GET", "/other")[0], 200)
+
     def test_batch_requests_default_to_sheddable_plus(self):
         be = Backend(self)
         lv = Levee(self, [cluster("app", [be.address])], listener={"mode": "batch"})
