@@ -101,6 +101,21 @@ http {{ access_log off; keepalive_requests 1000000;
                        "clusters": [{"name": "app", "endpoints": [f"127.0.0.1:{be}"]}]}, f)
         procs.start(pin("0") + [os.path.join(BUILD, "levee"), "-c", os.path.join(procs.dir, "levee.yaml")], "levee")
         ports["levee"] = lp
+        # The same levee shedding every request at gate 1 (thresholds of 0):
+        # the full cost of a rejection (parse, classify, answer) against a
+        # proxied request's.
+        sp, sa = free_port(), free_port()
+        with open(os.path.join(procs.dir, "levee-shed.yaml"), "w") as f:
+            json.dump({"admin": {"address": "127.0.0.1", "port": sa}, "workers": 1,
+                       "access_log": {"enabled": False},
+                       "self_protection": {"time_constant": "10ms", "thresholds": {
+                           "SHEDDABLE": 0, "SHEDDABLE_PLUS": 0, "CRITICAL": 0, "CRITICAL_PLUS": 0}},
+                       "listeners": [{"name": "bench", "address": "127.0.0.1", "port": sp,
+                                      "routes": [{"cluster": "app"}]}],
+                       "clusters": [{"name": "app", "endpoints": [f"127.0.0.1:{be}"]}]}, f)
+        procs.start(pin("0") + [os.path.join(BUILD, "levee"), "-c", os.path.join(procs.dir, "levee-shed.yaml")],
+                    "levee-shed")
+        ports["levee-shed"] = sp
         for p in ports.values():
             wait_port(p)
         for p in ports.values():  # warm connection pools
@@ -119,10 +134,15 @@ http {{ access_log off; keepalive_requests 1000000;
     print(f"overhead benchmark: wrk -t1 -c{args.connections} -d{args.seconds}s, {args.repeat} runs each, medians")
     print(f"machine: {machine()}")
     print(f"{'front':>8} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx':>8}")
-    for k in ("direct", "levee", "haproxy", "nginx"):
+    for k in ("direct", "levee", "haproxy", "nginx", "levee-shed"):
         v = med[k]
         print(f"{k:>8} {v['rps']:10.0f} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['rps'] / hap['rps']:17.3f} "
               f"{v['p99_ms'] / hap['p99_ms']:15.3f} {v['non2xx']:8d}")
+    lv, shed = med["levee"]["rps"], med["levee-shed"]["rps"]
+    print(f"levee-shed answers every request itself (503 executor_overload): {shed:.0f} rejections/s against "
+          f"{lv:.0f} proxied/s on the same core: a rejection costs at most {lv / shed:.2f}x a proxied request "
+          f"(at most: wrk, on the other core, may be what limits the rejection rate) "
+          f"({results['levee-shed'][0]['non2xx']} of the first run's answers were rejections)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"medians": med, "runs": results, "machine": machine(), "args": vars(args)}, f, indent=1)
