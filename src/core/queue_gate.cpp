@@ -120,7 +120,12 @@ double QueueGate::drain_rate(TimePoint now) noexcept {
   // Little's law on the current limit; else nothing known.
   double rate = 0.0;
   double n = departures_.sum(now, 0);
-  if (n >= 10) rate = n / to_seconds(departures_.span(now));
+  // Over the time actually elapsed, down to 1 ms: in the first bucket
+  // (100 ms by default) a bucket-wide span would read 20 departures in the
+  // first 8 ms of a cold start as 200/s, and reject a healthy backend's
+  // first burst. Ten departures are the guard against noise here; an
+  // overestimate only lets a request queue, where the target still bounds it.
+  if (n >= 10) rate = n / to_seconds(departures_.span(now, std::chrono::milliseconds(1)));
   else if (latency_.initialized() && latency_.value() > 0)
     rate = static_cast<double>(std::max<std::uint32_t>(1, limit())) / latency_.value();
   // No permit back for `quiet` while some are held: at most in_flight/quiet.

@@ -56,12 +56,15 @@ class SlidingWindow {
 
   /// The time the window actually covers at now: the full window once it has
   /// been running that long, less before (so early rates are not diluted).
-  Duration span(TimePoint now) const noexcept {
+  /// Never shorter than one bucket by default: a rate over a sliver of time
+  /// is noise. A caller that guards against noise itself (a minimum count)
+  /// may pass a shorter floor: see QueueGate::drain_rate.
+  Duration span(TimePoint now) const noexcept { return span(now, width_); }
+  Duration span(TimePoint now, Duration floor) const noexcept {
     Duration full = width_ * static_cast<std::int64_t>(buckets_.size());
     if (!started_) return full;
     Duration since = now - start_;
-    // Never shorter than one bucket: a rate over a sliver of time is noise.
-    return std::clamp(since, width_, full);
+    return std::clamp(since, std::min(floor, full), full);
   }
 
   Duration window() const noexcept { return width_ * static_cast<std::int64_t>(buckets_.size()); }
