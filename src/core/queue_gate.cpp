@@ -116,8 +116,11 @@ void QueueGate::roll_codel(TimePoint now) noexcept {
 }
 
 double QueueGate::drain_rate(TimePoint now) noexcept {
-  // Departures over the last second when there were enough to count; else
-  // Little's law on the current limit; else nothing known.
+  // The larger of departures over the last second (when there were enough
+  // to count) and Little's law on the current limit: the window measures
+  // throughput, which after a quiet spell is the light demand of that spell,
+  // not what the backend can do; limit / latency is the service rate with
+  // the permits busy, which is the only time anyone queues.
   double rate = 0.0;
   double n = departures_.sum(now, 0);
   // Over the time actually elapsed, down to 1 ms: in the first bucket
@@ -126,8 +129,8 @@ double QueueGate::drain_rate(TimePoint now) noexcept {
   // first burst. Ten departures are the guard against noise here; an
   // overestimate only lets a request queue, where the target still bounds it.
   if (n >= 10) rate = n / to_seconds(departures_.span(now, std::chrono::milliseconds(1)));
-  else if (latency_.initialized() && latency_.value() > 0)
-    rate = static_cast<double>(std::max<std::uint32_t>(1, limit())) / latency_.value();
+  if (latency_.initialized() && latency_.value() > 0)
+    rate = std::max(rate, static_cast<double>(std::max<std::uint32_t>(1, limit())) / latency_.value());
   // No permit back for `quiet` while some are held: at most in_flight/quiet.
   if (in_flight_ > 0) {
     const double quiet = to_seconds(now - last_departure_);
@@ -144,10 +147,13 @@ Duration QueueGate::estimate_wait(TimePoint now, std::uint32_t ahead, std::size_
   double rate = drain_rate(now);
   if (rate <= 0) return Duration::zero();
   if (ln + 1 < kLanes) {
-    double above = grants_.sum(now, ln + 1, kLanes - 1) / to_seconds(grants_.span(now));
+    // The lanes above take their share of recent grants off the top. A share,
+    // not a rate: the drain may come from Little's law, not the window.
+    const double all = grants_.sum(now, 0, kLanes - 1);
+    const double above = all > 0 ? grants_.sum(now, ln + 1, kLanes - 1) / all : 0.0;
     // Never below 2% of the drain: a class is starved only while the ones
     // above it demonstrably take (nearly) everything.
-    rate = std::max(rate - above, rate * 0.02);
+    rate *= std::max(1.0 - above, 0.02);
   }
   return from_seconds(static_cast<double>(ahead) / rate);
 }

@@ -146,6 +146,32 @@ TEST_CASE("a cold start's first burst is measured over the time it took, not a w
   }
 }
 
+TEST_CASE("a burst after a quiet spell is measured by the service rate, not the quiet throughput", "[queue]") {
+  // Found by the overhead benchmark too: a client pausing, then 50
+  // connections at once. The window held the pause's trickle (50/s), which
+  // read as a 200 ms wait for the 10th queued request.
+  QueueConfig qc;
+  qc.target = 50ms;
+  QueueGate g(qc, static_limit(20));
+  SimClock clk;
+  Collect s;
+  for (int i = 0; i < 100; ++i) {  // 100/s for a second, 1 ms each
+    REQUIRE(g.arrive(clk.now, Criticality::Critical, kFar, 0, s).outcome == Outcome::Granted);
+    clk.advance(1ms);
+    QueueGate::Sample smp{1ms, 1, false};
+    g.release(clk.now, &smp, s);
+    clk.advance(9ms);
+  }
+  clk.advance(500ms);
+  int rejected = 0;
+  for (int i = 0; i < 50; ++i)
+    rejected += g.arrive(clk.now, Criticality::Critical, kFar, 0, s).outcome == Outcome::Rejected;
+  CHECK(rejected == 0);
+  CHECK(g.depth() == 30);
+  // 20 permits at 1 ms each: 20,000/s.
+  CHECK(g.drain_rate(clk.now) > 10000);
+}
+
 TEST_CASE("a class is refused at arrival while the classes above it take the capacity", "[queue]") {
   QueueConfig qc;
   qc.target = 50ms;
