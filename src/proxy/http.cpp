@@ -41,17 +41,8 @@ void RequestParser::on_request_impl(http::verb method, boost::beast::string_view
   info_.version = version;
 }
 
-void RequestParser::on_field_impl(http::field id, boost::beast::string_view name_sv,
-                                  boost::beast::string_view value_sv, error_code& ec) {
-  if (header_done_) return;  // trailers are not forwarded
-  std::string_view name{name_sv.data(), name_sv.size()};
-  std::string_view value{value_sv.data(), value_sv.size()};
-  if (!head_.add(id, name, value)) {
-    info_.too_many_fields = true;
-    ec = http::error::header_limit;
-    return;
-  }
-  const int at = static_cast<int>(head_.fields().size() - 1);
+void RequestParser::on_stored(http::field id, std::string_view name, std::string_view value, int at,
+                              error_code& ec) {
   switch (id) {
     case http::field::host:
       if (info_.host >= 0) {
@@ -92,17 +83,6 @@ void RequestParser::on_field_impl(http::field id, boost::beast::string_view name
   else if (iequals(name, names_.request_id)) info_.request_id = at;
 }
 
-std::size_t RequestParser::on_body_impl(boost::beast::string_view body, error_code& ec) {
-  std::size_t n = sink_.put({body.data(), body.size()});
-  if (n < body.size()) ec = http::error::need_buffer;
-  return n;
-}
-
-std::size_t RequestParser::on_chunk_body_impl(std::uint64_t, boost::beast::string_view body,
-                                              error_code& ec) {
-  return on_body_impl(body, ec);
-}
-
 void ResponseParser::on_response_impl(int code, boost::beast::string_view reason, int version,
                                       error_code&) {
   info_.status = code;
@@ -110,34 +90,14 @@ void ResponseParser::on_response_impl(int code, boost::beast::string_view reason
   info_.reason = head_.store({reason.data(), reason.size()});
 }
 
-void ResponseParser::on_field_impl(http::field id, boost::beast::string_view name_sv,
-                                   boost::beast::string_view value_sv, error_code& ec) {
-  if (header_done_) return;
-  std::string_view name{name_sv.data(), name_sv.size()};
-  std::string_view value{value_sv.data(), value_sv.size()};
-  if (!head_.add(id, name, value)) {
-    info_.too_many_fields = true;
-    ec = http::error::header_limit;
-    return;
-  }
-  const int at = static_cast<int>(head_.fields().size() - 1);
+void ResponseParser::on_stored(http::field, std::string_view name, std::string_view value, int at,
+                               error_code&) {
   if (iequals(name, names_.load_report)) info_.load_report = at;
   else if (iequals(name, names_.no_retry) || iequals(name, "x-envoy-overloaded")) info_.no_retry = true;
   else if (iequals(name, "grpc-retry-pushback-ms")) {
     auto v = core::trim(value);
     if (!v.empty() && v.front() == '-') info_.no_retry = true;
   }
-}
-
-std::size_t ResponseParser::on_body_impl(boost::beast::string_view body, error_code& ec) {
-  std::size_t n = sink_.put({body.data(), body.size()});
-  if (n < body.size()) ec = http::error::need_buffer;
-  return n;
-}
-
-std::size_t ResponseParser::on_chunk_body_impl(std::uint64_t, boost::beast::string_view body,
-                                               error_code& ec) {
-  return on_body_impl(body, ec);
 }
 
 bool is_hop_by_hop(const Field& f) noexcept {

@@ -128,32 +128,68 @@ struct WatchedNames {
   std::string request_id;
 };
 
-class RequestParser : public http::basic_parser<true> {
- public:
-  RequestParser(Head& head, RequestInfo& info, BodySink& sink, const WatchedNames& names)
-      : head_(head), info_(info), sink_(sink), names_(names) {
-    eager(true);
-    body_limit(boost::none);  // streamed, never buffered whole
+/// What both parsers share: fields go into a Head (trailers are dropped),
+/// body data streams into a fixed sink, and each stored field is handed to
+/// Derived::on_stored(id, name, value, index, ec) to pick out what it watches.
+template <bool isRequest, class Derived>
+class StreamingParser : public http::basic_parser<isRequest> {
+ protected:
+  StreamingParser(Head& head, BodySink& sink, bool& too_many_fields)
+      : head_(head), sink_(sink), too_many_fields_(too_many_fields) {
+    this->eager(true);
+    this->body_limit(boost::none);  // streamed, never buffered whole
   }
 
- private:
-  void on_request_impl(http::verb method, boost::beast::string_view method_str,
-                       boost::beast::string_view target, int version, error_code& ec) override;
+  void on_request_impl(http::verb, boost::beast::string_view, boost::beast::string_view, int,
+                       error_code&) override {}
   void on_response_impl(int, boost::beast::string_view, int, error_code&) override {}
-  void on_field_impl(http::field name, boost::beast::string_view name_string,
-                     boost::beast::string_view value, error_code& ec) override;
-  void on_header_impl(error_code&) override { header_done_ = true; }
-  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
-  std::size_t on_body_impl(boost::beast::string_view body, error_code& ec) override;
-  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body, error_code& ec) override;
-  void on_finish_impl(error_code&) override {}
 
   Head& head_;
-  RequestInfo& info_;
+
+ private:
+  void on_field_impl(http::field id, boost::beast::string_view name_sv, boost::beast::string_view value_sv,
+                     error_code& ec) override {
+    if (header_done_) return;  // trailers are not forwarded
+    std::string_view name{name_sv.data(), name_sv.size()};
+    std::string_view value{value_sv.data(), value_sv.size()};
+    if (!head_.add(id, name, value)) {
+      too_many_fields_ = true;
+      ec = http::error::header_limit;
+      return;
+    }
+    static_cast<Derived*>(this)->on_stored(id, name, value, static_cast<int>(head_.fields().size() - 1), ec);
+  }
+  void on_header_impl(error_code&) override { header_done_ = true; }
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  std::size_t on_body_impl(boost::beast::string_view body, error_code& ec) override {
+    std::size_t n = sink_.put({body.data(), body.size()});
+    if (n < body.size()) ec = http::error::need_buffer;  // the sink is full: flush, then resume
+    return n;
+  }
+  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body, error_code& ec) override {
+    return on_body_impl(body, ec);
+  }
+  void on_finish_impl(error_code&) override {}
+
   BodySink& sink_;
-  const WatchedNames& names_;
+  bool& too_many_fields_;
   bool header_done_ = false;
+};
+
+class RequestParser : public StreamingParser<true, RequestParser> {
+ public:
+  RequestParser(Head& head, RequestInfo& info, BodySink& sink, const WatchedNames& names)
+      : StreamingParser(head, sink, info.too_many_fields), info_(info), names_(names) {}
+
+ private:
+  friend class StreamingParser<true, RequestParser>;
+  void on_request_impl(http::verb method, boost::beast::string_view method_str,
+                       boost::beast::string_view target, int version, error_code& ec) override;
+  void on_stored(http::field id, std::string_view name, std::string_view value, int at, error_code& ec);
+
+  RequestInfo& info_;
+  const WatchedNames& names_;
 };
 
 /// What the session needs to know about a response.
@@ -171,32 +207,18 @@ struct ResponseWatched {
   std::string no_retry;
 };
 
-class ResponseParser : public http::basic_parser<false> {
+class ResponseParser : public StreamingParser<false, ResponseParser> {
  public:
   ResponseParser(Head& head, ResponseInfo& info, BodySink& sink, const ResponseWatched& names)
-      : head_(head), info_(info), sink_(sink), names_(names) {
-    eager(true);
-    body_limit(boost::none);
-  }
+      : StreamingParser(head, sink, info.too_many_fields), info_(info), names_(names) {}
 
  private:
-  void on_request_impl(http::verb, boost::beast::string_view, boost::beast::string_view, int,
-                       error_code&) override {}
+  friend class StreamingParser<false, ResponseParser>;
   void on_response_impl(int code, boost::beast::string_view reason, int version, error_code& ec) override;
-  void on_field_impl(http::field name, boost::beast::string_view name_string,
-                     boost::beast::string_view value, error_code& ec) override;
-  void on_header_impl(error_code&) override { header_done_ = true; }
-  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
-  std::size_t on_body_impl(boost::beast::string_view body, error_code& ec) override;
-  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body, error_code& ec) override;
-  void on_finish_impl(error_code&) override {}
+  void on_stored(http::field id, std::string_view name, std::string_view value, int at, error_code& ec);
 
-  Head& head_;
   ResponseInfo& info_;
-  BodySink& sink_;
   const ResponseWatched& names_;
-  bool header_done_ = false;
 };
 
 /// Hop-by-hop fields (RFC 9110 7.6.1) plus the framing fields levee rewrites.
@@ -224,6 +246,21 @@ class Buffers {
   const_iterator end() const noexcept { return bufs_.data() + n_; }
   bool empty() const noexcept { return n_ == 0; }
   void clear() noexcept { n_ = 0; }
+
+  /// One piece of body data, framed as a chunk when `chunked` (the chunk
+  /// header is written into `chunk_head`, which must outlive the write).
+  void push_body(boost::asio::const_buffer body, bool chunked, char (&chunk_head)[24]) noexcept {
+    if (body.size() == 0) return;
+    if (!chunked) {
+      push(body);
+      return;
+    }
+    push(boost::asio::buffer(chunk_head, chunk_header(chunk_head, body.size())));
+    push(body);
+    push(boost::asio::buffer("\r\n", 2));
+  }
+  /// The last-chunk marker that ends a chunked body.
+  void push_last_chunk() noexcept { push(boost::asio::buffer("0\r\n\r\n", 5)); }
 
  private:
   std::array<boost::asio::const_buffer, 6> bufs_{};

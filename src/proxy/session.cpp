@@ -856,17 +856,8 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
       Buffers bufs;
       char chunk_head[24];
       bufs.push(asio::buffer(out));
-      auto body = ex.req_body.data();
-      if (!body.empty()) {
-        if (req_chunked) {
-          bufs.push(asio::buffer(chunk_head, chunk_header(chunk_head, body.size())));
-          bufs.push(asio::buffer(body));
-          bufs.push(asio::buffer("\r\n", 2));
-        } else {
-          bufs.push(asio::buffer(body));
-        }
-      }
-      if (req_chunked && p.is_done()) bufs.push(asio::buffer("0\r\n\r\n", 5));
+      bufs.push_body(asio::buffer(ex.req_body.data()), req_chunked, chunk_head);
+      if (req_chunked && p.is_done()) bufs.push_last_chunk();
       auto [ec, n] = co_await write_all(up_->sock, bufs);
       if (ec) {
         up_.reset();
@@ -901,18 +892,9 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
         if (flush || terminate) {
           char chunk_head[24];
           Buffers bufs;
-          auto body = ex.req_body.data();
-          if (!body.empty()) {
-            if (req_chunked) {
-              bufs.push(asio::buffer(chunk_head, chunk_header(chunk_head, body.size())));
-              bufs.push(asio::buffer(body));
-              bufs.push(asio::buffer("\r\n", 2));
-            } else {
-              bufs.push(asio::buffer(body));
-            }
-          }
+          bufs.push_body(asio::buffer(ex.req_body.data()), req_chunked, chunk_head);
           if (terminate) {
-            bufs.push(asio::buffer("0\r\n\r\n", 5));
+            bufs.push_last_chunk();
             terminated = true;
           }
           set_deadline(std::min(rq.deadline, now() + l_.cfg.body_timeout), Phase::Upstream);
@@ -1112,18 +1094,9 @@ asio::awaitable<bool> Session::proxy(Request& rq, Cluster& c) {
     auto write_piece = [&](bool head) -> asio::awaitable<bool> {
       Buffers bufs;
       if (head) bufs.push(asio::buffer(out));
-      auto body = rp_sink.data();
-      if (!body.empty()) {
-        if (client_chunked) {
-          bufs.push(asio::buffer(chunk_head, chunk_header(chunk_head, body.size())));
-          bufs.push(asio::buffer(body));
-          bufs.push(asio::buffer("\r\n", 2));
-        } else {
-          bufs.push(asio::buffer(body));
-        }
-      }
+      bufs.push_body(asio::buffer(rp_sink.data()), client_chunked, chunk_head);
       if (client_chunked && rp.is_done() && !terminated) {
-        bufs.push(asio::buffer("0\r\n\r\n", 5));
+        bufs.push_last_chunk();
         terminated = true;
       }
       if (bufs.empty()) co_return true;

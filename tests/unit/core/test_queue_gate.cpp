@@ -24,6 +24,19 @@ ConcurrencyLimitConfig static_limit(std::uint32_t n) {
 
 const TimePoint kFar = TimePoint::max();
 
+/// Ten requests of class c keep the gate's 10 permits busy, each taking
+/// 10 ms: one completes and another arrives every millisecond (1000/s),
+/// for `ms` milliseconds.
+void keep_busy(QueueGate& g, SimClock& clk, Collect& s, Criticality c, int ms) {
+  for (int i = 0; i < 10; ++i) g.arrive(clk.now, c, kFar, 0, s);
+  for (int t = 0; t < ms; ++t) {
+    clk.advance(1ms);
+    QueueGate::Sample smp{10ms, 10, false};
+    g.release(clk.now, &smp, s);
+    g.arrive(clk.now, c, kFar, 0, s);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("requests under the limit are granted at once", "[queue]") {
@@ -70,13 +83,7 @@ TEST_CASE("arrival is rejected at once when the estimated wait exceeds the targe
   SimClock clk;
   Collect s;
   // Establish a drain rate of 1000/s: 10 in flight, each taking 10 ms.
-  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
-  for (int t = 0; t < 200; ++t) {
-    clk.advance(1ms);
-    QueueGate::Sample smp{10ms, 10, false};
-    g.release(clk.now, &smp, s);
-    g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
-  }
+  keep_busy(g, clk, s, Criticality::Sheddable, 200);
   CHECK(g.drain_rate(clk.now) > 800);
   CHECK(g.drain_rate(clk.now) < 1200);
   // Fill the queue: about 50 entries fit in 50 ms at 1000/s.
@@ -179,13 +186,7 @@ TEST_CASE("a class is refused at arrival while the classes above it take the cap
   SimClock clk;
   Collect s;
   // CRITICAL_PLUS alone keeps the 10 permits busy at 1000/s for a second.
-  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::CriticalPlus, kFar, 0, s);
-  for (int t = 0; t < 1000; ++t) {
-    clk.advance(1ms);
-    QueueGate::Sample smp{10ms, 10, false};
-    g.release(clk.now, &smp, s);
-    g.arrive(clk.now, Criticality::CriticalPlus, kFar, 0, s);
-  }
+  keep_busy(g, clk, s, Criticality::CriticalPlus, 1000);
   // A SHEDDABLE request would wait for ever behind it: told so at once,
   // even though it would be first in its own class.
   g.arrive(clk.now, Criticality::Sheddable, kFar, 1, s);  // ahead = 0: queues
@@ -403,13 +404,7 @@ TEST_CASE("over-quota requests use only capacity nobody in quota takes", "[queue
   CHECK(g.arrive(clk.now, Criticality::Critical, kFar, 1, s, /*over_quota=*/true).outcome == Outcome::Granted);
   g.release(clk.now, nullptr, s);
   // In-quota SHEDDABLE traffic keeps the 10 permits busy at 1000/s.
-  for (int i = 0; i < 10; ++i) g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
-  for (int t = 0; t < 1000; ++t) {
-    clk.advance(1ms);
-    QueueGate::Sample smp{10ms, 10, false};
-    g.release(clk.now, &smp, s);
-    g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s);
-  }
+  keep_busy(g, clk, s, Criticality::Sheddable, 1000);
   // Now even a CRITICAL_PLUS request over its quota waits behind all of
   // that, so it is refused at arrival; an in-quota SHEDDABLE one queues.
   g.arrive(clk.now, Criticality::CriticalPlus, kFar, 2, s, true);  // first in its lane
