@@ -296,6 +296,13 @@ void Cluster::refresh_weights(TimePoint t) {
       double l = ep->latency_avg.value();
       warm = warm < 0 ? l : std::min(warm, l);
     }
+    // Whether some available endpoint has finished its ramp. While none has
+    // (levee's own start-up, or a whole fleet returning at once), the ramp
+    // cannot shift load anywhere: the weights are equal, and scaling the
+    // cluster's limit down with them would shed the traffic of backends
+    // nothing says are cold. The limit then follows health alone.
+    bool any_warm = false;
+    double available = 0;
     for (auto& ep : endpoints) {
       if (ep->ejected.load() && !ep->outlier.ejected(t)) {
         ep->ejected.store(false);
@@ -312,12 +319,16 @@ void Cluster::refresh_weights(TimePoint t) {
       if (ep->healthy.load() && !ep->ejected.load()) w = ep->weight * ep->slow_start.multiplier();
       nominal += ep->weight;
       ready += w;
+      if (w > 0) {
+        available += ep->weight;
+        any_warm = any_warm || !ep->slow_start.active();
+      }
       if (w != ep->effective_weight.load()) {
         ep->effective_weight.store(w);
         changed = true;
       }
     }
-    gate_.set_limit_scale(nominal > 0 ? ready / nominal : 1.0);
+    gate_.set_limit_scale(nominal <= 0 ? 1.0 : (any_warm ? ready : available) / nominal);
   }
   if (changed) weights_version.fetch_add(1, std::memory_order_release);
 }

@@ -57,6 +57,9 @@ class ActiveChecks(unittest.TestCase):
         load = Load(lv, pause=0.002)
         self.addCleanup(load.finish)
         wait_until(lambda: len(load.results) > 200, what="traffic")
+        # Both ramp from start-up; b's return is measured against a warm a.
+        wait_until(lambda: lv.metric("levee_endpoint_weight", endpoint=a.address) == 1, timeout=8,
+                   what="a's start-up ramp to finish")
         b.proc.stop()
         t_kill = time.monotonic()
         wait_until(lambda: lv.metric("levee_endpoint_healthy", endpoint=b.address) == 0, timeout=5,
@@ -74,6 +77,9 @@ class ActiveChecks(unittest.TestCase):
         t_back = time.monotonic()
         wait_until(lambda: lv.metric("levee_endpoint_healthy", endpoint=b2.address) == 1, timeout=5,
                    what="b healthy again")
+        # With a warm peer, b's share of the cluster's limit ramps too:
+        # 64 x (1 + w) / 2 with w well under 0.75 this early in a 4 s ramp.
+        self.assertLess(lv.metric("levee_cluster_concurrency_limit", cluster="app"), 56)
         wait_until(lambda: load.results[-1][0] - t_back > 5.5, timeout=10, what="ramp to finish")
         load.finish()
         # b's share per second since its return, measured on the answers.
@@ -88,6 +94,20 @@ class ActiveChecks(unittest.TestCase):
         self.assertGreater(shares[5], 0.4, shares)
         self.assertGreater(shares[2], shares[0] + 0.1, shares)
         self.assertGreaterEqual(sum(1 for i in range(5) if shares[i + 1] >= shares[i] - 0.05), 4, shares)
+
+    def test_at_start_up_the_ramp_does_not_cut_the_cluster_limit(self):
+        # Every endpoint joins at start-up, so every one ramps its weight; with
+        # no warm peer to shift load to, the ramp must not also shrink the
+        # cluster's limit (that would shed most traffic on every levee restart).
+        a = Backend(self, name="a")
+        b = Backend(self, name="b")
+        lv = Levee(self, [cluster("app", [a.address, b.address], health_check=HC,
+                                  slow_start={"window": "60s", "min_weight_pct": 10},
+                                  concurrency={"limit": 40})])
+        for ep in (a.address, b.address):
+            wait_until(lambda: lv.metric("levee_endpoint_healthy", endpoint=ep) == 1, what="healthy")
+            self.assertLess(lv.metric("levee_endpoint_weight", endpoint=ep), 0.5)
+        self.assertEqual(lv.metric("levee_cluster_concurrency_limit", cluster="app"), 40)
 
     def test_flapping_faster_than_the_thresholds_never_flaps_levee(self):
         a = Backend(self, name="a")
