@@ -210,7 +210,6 @@ class QueueGate {
   SlidingWindow<1> departures_;
   SlidingWindow<kLanes> grants_;
   TimePoint last_departure_{};  ///< or the start of the current busy period
-  bool seen_departure_ = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -266,7 +265,6 @@ void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
   if (in_flight_ > 0) --in_flight_;
   departures_.add(now, 0, 1.0);
   last_departure_ = now;
-  seen_departure_ = true;
   if (sample != nullptr) {
     latency_.update_weighted(to_seconds(sample->rtt), 0.05);
     limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped);

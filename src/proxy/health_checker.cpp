@@ -86,7 +86,6 @@ asio::awaitable<void> HealthChecker::loop(Cluster& c, Endpoint& ep) {
     } while (false);
     const TimePoint t1 = now();
     m.health_check_latency.observe(shard_, c.index, core::to_seconds(t1 - t0));
-    (ok ? ep.checks_ok : ep.checks_failed).fetch_add(1, std::memory_order_relaxed);
     m.health_checks.inc(shard_, m.health_checks.index({epm, ok ? 0u : 1u}));
 
     bool healthy;

@@ -411,6 +411,11 @@ void Listener::source_leave(const std::array<std::uint8_t, 16>& addr) {
   if (--it->second == 0) per_source_.erase(it);
 }
 
+bool Listener::uses_fuse() const noexcept {
+  return cfg.mode == config::ListenerConfig::Mode::Batch ||
+         std::any_of(routes.begin(), routes.end(), [](const Route& r) { return r.fuse; });
+}
+
 const Route* Listener::match(std::string_view host, std::string_view path) const noexcept {
   host = strip_port(core::trim(host));
   for (const auto& r : routes) {

@@ -52,8 +52,6 @@ struct Endpoint {
   std::atomic<double> utilization{-1.0};      ///< smoothed ORCA utilization, -1 unknown
   std::atomic<std::uint64_t> ejections{0};    ///< outlier ejections so far
   std::atomic<std::uint64_t> health_transitions{0};
-  std::atomic<std::uint64_t> checks_ok{0};
-  std::atomic<std::uint64_t> checks_failed{0};
 
   // Under Cluster::mu_.
   core::OutlierState outlier;
@@ -221,7 +219,7 @@ struct Listener {
   const config::TenantSource* tenant;  ///< listener or global source
   std::atomic<std::uint32_t> connections{0};
   std::atomic<std::uint32_t> refusing{0};  ///< polite refusals in progress
-  // Batch fuse, all clusters (written by the batch worker, read at scrape).
+  // Fuse pools, all clusters (written by the workers, read at scrape).
   std::atomic<std::uint32_t> fuse_open{0};
   std::atomic<std::uint32_t> fuse_in_use{0};
   std::atomic<std::uint32_t> fuse_waiting{0};
@@ -231,6 +229,9 @@ struct Listener {
   /// Per-source connection cap; true when the source may open one more.
   bool source_enter(const std::array<std::uint8_t, 16>& addr);
   void source_leave(const std::array<std::uint8_t, 16>& addr);
+  /// Whether any of its traffic goes through a fuse: a batch listener, or
+  /// a route marked `fuse`.
+  bool uses_fuse() const noexcept;
   /// First matching route, or null.
   const Route* match(std::string_view host, std::string_view path) const noexcept;
   explicit Listener(const config::ListenerConfig& c, std::size_t i) : cfg(c), index(i) {}

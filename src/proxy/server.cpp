@@ -104,12 +104,11 @@ void Server::start() {
   tick();
   spdlog::info("levee listening: {} worker(s), admin on {}:{}, host CPU from {}", workers_.size(),
                cfg_->admin.address, cfg_->admin.port, host_cpu_.source());
-  for (auto& l : cfg_->listeners) {
-    spdlog::info("listener {} on {}:{} ({} mode)", l.name, l.address, l.port,
-                 l.mode == config::ListenerConfig::Mode::Batch ? "batch" : "normal");
-    const bool fuse_routes = std::any_of(l.routes.begin(), l.routes.end(), [](auto& r) { return r.fuse; });
-    if (fuse_routes && l.mode != config::ListenerConfig::Mode::Batch &&
-        l.fuse.connections_per_endpoint < workers_.size())
+  for (auto& rl : rt_->listeners) {
+    const auto& l = rl->cfg;
+    const bool batch = l.mode == config::ListenerConfig::Mode::Batch;
+    spdlog::info("listener {} on {}:{} ({} mode)", l.name, l.address, l.port, batch ? "batch" : "normal");
+    if (!batch && rl->uses_fuse() && l.fuse.connections_per_endpoint < workers_.size())
       spdlog::warn("listener {}: fuse routes split {} connection(s) per endpoint across {} workers: "
                    "some workers get none and refuse fuse traffic; raise fuse.connections_per_endpoint "
                    "or use a batch listener",
@@ -287,11 +286,11 @@ void Server::build_registry() {
   auto per_listener = [rt](std::string name, std::string help, std::function<double(const Listener&)> f) {
     return metrics::GaugeSet{std::move(name), std::move(help), [rt, f](auto& out) {
                                for (auto& l : rt->listeners)
-                                 if (l->cfg.mode == config::ListenerConfig::Mode::Batch)
+                                 if (l->uses_fuse())
                                    out.push_back(sample({{"listener", l->cfg.name}}, f(*l)));
                              }};
   };
-  registry_.add(per_listener("levee_fuse_connections", "Upstream connections open through a batch fuse", [](auto& l) { return l.fuse_open.load(); }));
+  registry_.add(per_listener("levee_fuse_connections", "Upstream connections open through a fuse", [](auto& l) { return l.fuse_open.load(); }));
   registry_.add(per_listener("levee_fuse_in_use", "Fuse slots held by requests", [](auto& l) { return l.fuse_in_use.load(); }));
   registry_.add(per_listener("levee_fuse_waiting", "Requests waiting for a fuse connection", [](auto& l) { return l.fuse_waiting.load(); }));
   registry_.add({"levee_upstream_idle_connections", "Pooled idle upstream connections, all workers",

@@ -88,6 +88,9 @@ class Fuse(unittest.TestCase):
         self.assertTrue(all(h.get("x-levee-reject") == "fuse" for s, h, _ in results if s == 503))
         # 2 workers x 2 connections: never more than the 4 configured (+1: this query).
         self.assertLessEqual(be.stats()["max_connections"], 5)
+        # The fuse is visible on the normal listener's metrics too.
+        self.assertGreaterEqual(lv.metric("levee_fuse_connections", listener="main"), 1)
+        self.assertLessEqual(lv.metric("levee_fuse_connections", listener="main"), 4)
         # Other routes are not fused.
         self.assertEqual(lv.request("GET", "/other")[0], 200)
 
