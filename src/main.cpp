@@ -8,13 +8,15 @@
 // failure (a port in use, say), 2 configuration errors.
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <string>
 
 #include "config/config.hpp"
-#include "proxy/access_log.hpp"
-#include "proxy/server.hpp"
+#include "control/process_log.hpp"
+#include "core/text.hpp"
+#include "control/server.hpp"
 
 #ifndef LEVEE_VERSION
 #define LEVEE_VERSION "0.0.0"
@@ -60,7 +62,15 @@ int main(int argc, char** argv) {
     };
     if (a == "-c" || a == "--config") path = value("a file");
     else if (a == "--validate") validate = value("a file");
-    else if (a == "--workers") workers = static_cast<unsigned>(std::stoul(value("a number")));
+    else if (a == "--workers") {
+      const std::string v = value("a number");
+      const auto n = levee::core::parse_u64(v);
+      if (!n || *n < 1 || *n > 1024) {
+        std::cerr << "levee: --workers must be a number from 1 to 1024, not '" << v << "'\n";
+        return 2;
+      }
+      workers = static_cast<unsigned>(*n);
+    }
     else if (a == "--debug") debug = true;
     else if (a == "--version") {
       std::cout << "levee " << LEVEE_VERSION << '\n';
@@ -84,9 +94,12 @@ int main(int argc, char** argv) {
   if (!r.ok()) return report(r);
   auto cfg = std::make_shared<levee::config::Config>(std::move(*r.config));
   if (workers) cfg->workers = workers;
-  levee::proxy::init_process_log(debug);
+  levee::control::init_process_log(debug);
+  // A write to a closed pipe (a piped access log whose reader exited, a
+  // client gone) is an error to handle, not a reason to die.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
-    levee::proxy::Server server(cfg);
+    levee::control::Server server(cfg);
     server.start();
     return server.run();
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 #include "core/concurrency_limit.hpp"
 #include "core/criticality.hpp"
 #include "core/health.hpp"
+#include "core/net.hpp"
 #include "core/queue_gate.hpp"
 #include "core/slow_start.hpp"
 #include "core/time.hpp"
@@ -24,20 +25,11 @@ using core::Criticality;
 using core::Duration;
 using namespace std::chrono_literals;
 
-/// An IPv4 or IPv6 network in CIDR form; IPv4 is stored IPv4-mapped.
-struct Cidr {
-  std::array<std::uint8_t, 16> addr{};
-  int prefix = 128;  ///< in the 128-bit space (IPv4 /8 is stored as /104)
-  std::string text;
-  bool contains(const std::array<std::uint8_t, 16>& a) const noexcept;
-};
-
 /// Where a request's tenant comes from. First match wins: API key, then the
 /// tenant header (only from trusted networks), else `default`.
 struct TenantSource {
   std::string header = "x-tenant-id";
-  std::vector<Cidr> trusted_networks;  ///< empty: the header is trusted from nowhere
-  bool trust_all = false;              ///< trusted_networks: [any]
+  core::TrustedSources trusted;        ///< trusted_networks; empty: the header is trusted from nowhere
   std::string api_key_header;          ///< empty: no API-key mapping
   std::vector<std::pair<std::string, std::string>> api_keys;  ///< key -> tenant
 };
@@ -89,10 +81,15 @@ struct AccessLogConfig {
   Format format = Format::Text;
   double sample = 1.0;          ///< fraction of served requests logged
   double reject_sample = 0.01;  ///< fraction of rejections logged
-  std::uint32_t queue = 8192;   ///< lines buffered; overflow drops the oldest
+  /// Bytes buffered per worker before the writer thread takes them; when
+  /// the writer falls behind and every buffer is full, lines are dropped
+  /// (and counted), never waited for.
+  std::uint32_t buffer = 256 * 1024;
+  Duration flush_interval = 100ms;  ///< the longest a line waits for the file
 };
 
 struct RouteConfig {
+  std::string name;  ///< metric label; default "<listener>/<index>"
   std::string host;  ///< empty or "*": any; "*.example.com": suffix; else exact
   std::string prefix = "/";
   std::string cluster;
@@ -255,7 +252,5 @@ LoadResult load_string(const std::string& text, const std::string& name);
 
 /// Parses "250ms", "2s", "1m", "1h", "100us"; nullopt otherwise.
 std::optional<Duration> parse_duration(std::string_view s) noexcept;
-/// Parses "10.0.0.0/8", "::1/128", "127.0.0.1" (a host).
-std::optional<Cidr> parse_cidr(std::string_view s);
 
 }  // namespace levee::config

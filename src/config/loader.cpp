@@ -51,121 +51,6 @@ std::optional<Duration> parse_duration(std::string_view s) noexcept {
 
 namespace {
 
-bool parse_ipv4(std::string_view s, std::array<std::uint8_t, 4>& out) {
-  int part = 0;
-  while (part < 4) {
-    std::size_t dot = s.find('.');
-    std::string_view tok = s.substr(0, dot);
-    auto v = core::parse_u64(tok);
-    if (!v || *v > 255 || tok.size() > 3) return false;
-    out[static_cast<std::size_t>(part++)] = static_cast<std::uint8_t>(*v);
-    if (dot == std::string_view::npos) break;
-    s.remove_prefix(dot + 1);
-  }
-  return part == 4 && s.find('.') == std::string_view::npos;
-}
-
-bool parse_ipv6(std::string_view s, std::array<std::uint8_t, 16>& out) {
-  std::array<std::uint16_t, 8> groups{};
-  int n = 0, gap = -1;
-  if (s.substr(0, 2) == "::") {
-    gap = 0;
-    s.remove_prefix(2);
-  }
-  while (!s.empty()) {
-    if (n >= 8) return false;
-    std::size_t colon = s.find(':');
-    std::string_view tok = s.substr(0, colon);
-    if (tok.find('.') != std::string_view::npos) {  // embedded IPv4 tail
-      std::array<std::uint8_t, 4> v4{};
-      if (colon != std::string_view::npos || n > 6 || !parse_ipv4(tok, v4)) return false;
-      groups[static_cast<std::size_t>(n++)] = static_cast<std::uint16_t>(v4[0] << 8 | v4[1]);
-      groups[static_cast<std::size_t>(n++)] = static_cast<std::uint16_t>(v4[2] << 8 | v4[3]);
-      s = {};
-      break;
-    }
-    if (tok.empty() || tok.size() > 4) return false;
-    unsigned v = 0;
-    for (char c : tok) {
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-      else return false;
-    }
-    groups[static_cast<std::size_t>(n++)] = static_cast<std::uint16_t>(v);
-    if (colon == std::string_view::npos) {
-      s = {};
-      break;
-    }
-    s.remove_prefix(colon + 1);
-    if (!s.empty() && s.front() == ':') {
-      if (gap >= 0) return false;
-      gap = n;
-      s.remove_prefix(1);
-    } else if (s.empty()) {
-      return false;  // trailing single colon
-    }
-  }
-  if (gap < 0 && n != 8) return false;
-  if (gap >= 0 && n > 7) return false;
-  std::array<std::uint16_t, 8> full{};
-  if (gap < 0) {
-    full = groups;
-  } else {
-    int tail = n - gap;
-    for (int i = 0; i < gap; ++i) full[static_cast<std::size_t>(i)] = groups[static_cast<std::size_t>(i)];
-    for (int i = 0; i < tail; ++i)
-      full[static_cast<std::size_t>(8 - tail + i)] = groups[static_cast<std::size_t>(gap + i)];
-  }
-  for (std::size_t i = 0; i < 8; ++i) {
-    out[2 * i] = static_cast<std::uint8_t>(full[i] >> 8);
-    out[2 * i + 1] = static_cast<std::uint8_t>(full[i] & 0xff);
-  }
-  return true;
-}
-
-}  // namespace
-
-bool Cidr::contains(const std::array<std::uint8_t, 16>& a) const noexcept {
-  int bits = prefix;
-  for (std::size_t i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
-    std::uint8_t mask = bits >= 8 ? 0xff : static_cast<std::uint8_t>(0xff << (8 - bits));
-    if ((a[i] & mask) != (addr[i] & mask)) return false;
-  }
-  return true;
-}
-
-std::optional<Cidr> parse_cidr(std::string_view s) {
-  s = core::trim(s);
-  Cidr c;
-  c.text = std::string(s);
-  std::string_view host = s;
-  std::optional<std::uint64_t> plen;
-  if (auto slash = s.find('/'); slash != std::string_view::npos) {
-    host = s.substr(0, slash);
-    plen = core::parse_u64(s.substr(slash + 1));
-    if (!plen) return std::nullopt;
-  }
-  std::array<std::uint8_t, 4> v4{};
-  if (parse_ipv4(host, v4)) {
-    if (plen && *plen > 32) return std::nullopt;
-    c.addr.fill(0);
-    c.addr[10] = c.addr[11] = 0xff;
-    std::copy(v4.begin(), v4.end(), c.addr.begin() + 12);
-    c.prefix = 96 + static_cast<int>(plen.value_or(32));
-    return c;
-  }
-  if (parse_ipv6(host, c.addr)) {
-    if (plen && *plen > 128) return std::nullopt;
-    c.prefix = static_cast<int>(plen.value_or(128));
-    return c;
-  }
-  return std::nullopt;
-}
-
-namespace {
-
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -287,7 +172,12 @@ bool scalar(Ctx& ctx, const YAML::Node& n, const std::string& path, std::string_
 }
 
 void read(Ctx& ctx, const YAML::Node& n, const std::string& path, std::string& out) {
-  if (n.IsDefined() && scalar(ctx, n, path, "a string")) out = n.Scalar();
+  if (!n.IsDefined() || !scalar(ctx, n, path, "a string")) return;
+  if (!core::valid_utf8(n.Scalar())) {
+    ctx.error(n, path, "must be valid UTF-8");
+    return;
+  }
+  out = n.Scalar();
 }
 
 void read_bool(Ctx& ctx, const YAML::Node& n, const std::string& path, bool& out) {
@@ -410,12 +300,12 @@ void read_tenant_source(Ctx& ctx, const YAML::Node& n, const std::string& path, 
         auto p = at(m.sub("trusted_networks"), i);
         if (!scalar(ctx, tn[i], p, "a network like 10.0.0.0/8")) continue;
         if (tn[i].Scalar() == "any") {
-          out.trust_all = true;
+          out.trusted.any = true;
           continue;
         }
-        auto c = parse_cidr(tn[i].Scalar());
+        auto c = core::parse_network(tn[i].Scalar());
         if (!c) ctx.error(tn[i], p, "must be a network like 10.0.0.0/8 or ::1/128, not '" + tn[i].Scalar() + "'");
-        else out.trusted_networks.push_back(*c);
+        else out.trusted.networks.push_back(*c);
       }
     }
   }
@@ -444,6 +334,10 @@ void read_quota_map(Ctx& ctx, const YAML::Node& n, const std::string& path,
   for (auto it = n.begin(); it != n.end(); ++it) {
     auto name = it->first.Scalar();
     auto p = join(path, name);
+    if (!core::valid_utf8(name)) {
+      ctx.error_at(it->first.Mark(), path, "tenant names must be valid UTF-8");
+      continue;
+    }
     if (!seen.insert(name).second) {
       ctx.error_at(it->first.Mark(), p, "duplicate key");
       continue;
@@ -515,7 +409,9 @@ void read_access_log(Ctx& ctx, const YAML::Node& n, AccessLogConfig& a) {
   }
   read_double(ctx, m.take("sample"), m.sub("sample"), a.sample, 0.0, 1.0);
   read_double(ctx, m.take("reject_sample"), m.sub("reject_sample"), a.reject_sample, 0.0, 1.0);
-  read_uint(ctx, m.take("queue"), m.sub("queue"), a.queue, 16, 1u << 22);
+  read_uint(ctx, m.take("buffer"), m.sub("buffer"), a.buffer, 4096, 64u << 20);
+  read_duration(ctx, m.take("flush_interval"), m.sub("flush_interval"), a.flush_interval,
+                std::chrono::milliseconds(1), std::chrono::minutes(1));
 }
 
 void read_headers(Ctx& ctx, const YAML::Node& n, HeaderNames& h) {
@@ -539,6 +435,7 @@ void read_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteCon
   if (!m.valid()) {
     if (!n.IsMap()) return;
   }
+  read(ctx, m.take("name"), m.sub("name"), r.name);
   if (auto mt = m.take("match"); mt.IsDefined()) {
     Map mm(ctx, mt, m.sub("match"));
     read(ctx, mm.take("host"), mm.sub("host"), r.host);
@@ -813,6 +710,7 @@ void validate(Ctx& ctx, const YAML::Node& root, Config& cfg) {
       ctx.error(node_at({"clusters", "name"}, {i}), at("clusters", i) + ".name", "duplicate cluster name '" + c.name + "'");
   }
   std::set<std::string> lnames;
+  std::set<std::string> route_names;
   std::set<std::pair<std::string, int>> binds;
   for (std::size_t li = 0; li < cfg.listeners.size(); ++li) {
     auto& l = cfg.listeners[li];
@@ -824,6 +722,10 @@ void validate(Ctx& ctx, const YAML::Node& root, Config& cfg) {
                 "another listener already uses " + l.address + ":" + std::to_string(l.port));
     for (std::size_t ri = 0; ri < l.routes.size(); ++ri) {
       auto& r = l.routes[ri];
+      if (r.name.empty()) r.name = l.name + "/" + std::to_string(ri);
+      if (!route_names.insert(r.name).second)
+        ctx.error(node_at({"listeners", "routes", "name"}, {li, ri}), at(at("listeners", li) + ".routes", ri) + ".name",
+                  "duplicate route name '" + r.name + "'");
       if (r.cluster.empty()) continue;
       auto it = std::find_if(cfg.clusters.begin(), cfg.clusters.end(), [&](auto& c) { return c.name == r.cluster; });
       if (it == cfg.clusters.end()) {

@@ -19,7 +19,6 @@ constexpr std::array<ReasonInfo, kReasonCount> kInfo = {{
     {"retry_storm", 503, ReasonKind::Shed},
     {"fuse", 503, ReasonKind::Shed},
     {"conn_limit", 503, ReasonKind::Shed},
-    {"draining", 503, ReasonKind::Shed},
     {"bad_request", 400, ReasonKind::Error},
     {"bad_criticality", 400, ReasonKind::Error},
     {"header_too_large", 431, ReasonKind::Error},

@@ -27,7 +27,6 @@ enum class Reason : std::uint8_t {
   RetryStorm,
   Fuse,
   ConnectionLimit,
-  Draining,
   // Failures and protocol answers (header x-levee-error).
   BadRequest,
   BadCriticality,

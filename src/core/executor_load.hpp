@@ -15,7 +15,6 @@
 #include <array>
 
 #include "core/criticality.hpp"
-#include "core/decision.hpp"
 #include "core/ewma.hpp"
 #include "core/time.hpp"
 
@@ -25,8 +24,6 @@ struct ExecutorLoadConfig {
   Duration time_constant = std::chrono::seconds(1);
   /// Reject criticality c when the smoothed load exceeds thresholds[index(c)].
   std::array<double, kCriticalityCount> thresholds = {0.8, 0.9, 1.0, 1.2};
-  Duration retry_after = std::chrono::seconds(1);
-  Reason reason = Reason::ExecutorOverload;
 };
 
 class ExecutorLoad {
@@ -45,11 +42,6 @@ class ExecutorLoad {
 
   /// Whether criticality c is over its threshold right now.
   bool over(Criticality c) const noexcept { return avg_.value() > cfg_.thresholds[index(c)]; }
-
-  Decision admit(Criticality c) const noexcept {
-    if (!over(c)) return Decision::admit();
-    return Decision::reject(cfg_.reason, cfg_.retry_after);
-  }
 
   const ExecutorLoadConfig& config() const noexcept { return cfg_; }
 

@@ -86,14 +86,6 @@ bool QueueGate::cancel(Ticket t, TimePoint now) noexcept {
   return true;
 }
 
-TimePoint QueueGate::next_expiry() const noexcept {
-  TimePoint t = TimePoint::max();
-  for (const auto& l : lists_) {
-    for (std::uint32_t i = l.head; i != kNil; i = nodes_[i].next) t = std::min(t, nodes_[i].expires);
-  }
-  return t;
-}
-
 void QueueGate::note_grant(TimePoint now, Duration sojourn, std::size_t ln) noexcept {
   limit_.on_start(now);
   grants_.add(now, ln, 1.0);

@@ -122,9 +122,6 @@ class QueueGate {
   /// through, and in-flight stays truthful for the estimates).
   void force_acquire() noexcept { ++in_flight_; }
 
-  /// Earliest time at which a queued entry expires (max() when empty).
-  TimePoint next_expiry() const noexcept;
-
   // --- observability -------------------------------------------------------
   std::uint32_t in_flight() const noexcept { return in_flight_; }
   std::uint32_t depth() const noexcept { return depth_; }

@@ -38,6 +38,39 @@ inline std::optional<std::uint64_t> parse_u64(std::string_view s) noexcept {
   return v;
 }
 
+/// Length of the well-formed UTF-8 sequence starting at s[i] (1-4), or 0
+/// when the bytes there are not one (overlong forms and surrogates
+/// included). Names and values that end up in metric labels, JSON and logs
+/// must be UTF-8, or the consumer rejects them.
+constexpr std::size_t utf8_sequence(std::string_view s, std::size_t i) noexcept {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  std::uint32_t cp = 0;
+  if (c >= 0xc2 && c <= 0xdf) { n = 1; cp = c & 0x1fu; }
+  else if (c >= 0xe0 && c <= 0xef) { n = 2; cp = c & 0x0fu; }
+  else if (c >= 0xf0 && c <= 0xf4) { n = 3; cp = c & 0x07u; }
+  else return 0;
+  for (std::size_t k = 1; k <= n; ++k) {
+    if (i + k >= s.size()) return 0;
+    const auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3fu);
+  }
+  if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n + 1;
+}
+
+constexpr bool valid_utf8(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 /// Calls f(token) for each comma-separated token, trimmed, skipping empty ones.
 template <typename F>
 constexpr void for_each_token(std::string_view list, F&& f) {

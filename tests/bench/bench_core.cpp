@@ -7,41 +7,39 @@
 #include <mutex>
 #include <vector>
 
-#include "core/executor_load.hpp"
-#include "core/queue_gate.hpp"
-#include "core/retry_budget.hpp"
-#include "core/tenant_quota.hpp"
-#include "core/throttle.hpp"
+#include "core/admission.hpp"
 
 using namespace levee::core;
 using namespace std::chrono_literals;
 
 namespace {
 
+/// The real pipeline: gate 1 and gates 2-4 as the proxy composes them.
 struct Gates {
-  ExecutorLoad executor;
-  AttemptHistogram attempts;
-  AdaptiveThrottle throttle;
-  TenantQuota quota{{}, {0.5, 4.0, 4.0, 3.0}};
-  QueueGate gate{QueueConfig{}, ConcurrencyLimitConfig{false, 1u << 30, {}}};
+  SelfProtectionPolicy sp;
+  LoadLevels levels{};
+  Admission admission{[] {
+    AdmissionConfig c;
+    c.limit.adaptive = false;
+    c.limit.static_limit = 1u << 30;
+    c.quotas = {0.5, 4.0, 4.0, 3.0};
+    c.quota_when = QuotaWhen::Always;
+    return c;
+  }()};
   std::vector<QueueGate::Wake> wakes;
 
   /// One request through every gate, granted; then its completion.
   bool decide(TimePoint now, double u, TenantId t, Criticality c) {
     auto sink = [this](const QueueGate::Wake& w) { wakes.push_back(w); };
-    if (!executor.admit(c).admitted()) return false;
-    attempts.record(now, 1);
-    if (!attempts.admit(now, 1).admitted()) return false;
-    if (!throttle.admit(c, now, u).admitted()) return false;
-    if (!quota.admit(t, c, now, true).admitted()) return false;
-    return gate.arrive(now, c, now + 1s, 0, sink).outcome == QueueGate::Outcome::Granted;
+    if (screen(sp, levels, c).rejected()) return false;
+    return admission.admit({c, t, 1, now, now + 1s, u, 0}, sink).granted();
   }
   void complete(TimePoint now, TenantId t, Criticality c) {
     auto sink = [this](const QueueGate::Wake& w) { wakes.push_back(w); };
     QueueGate::Sample s{10ms, 10, false};
-    gate.release(now, &s, sink);
-    throttle.on_response(c, now, true);
-    quota.record(t, c, 1e-6, now);  // tenants stay under quota: the admit path
+    // tenants stay under quota: the admit path
+    admission.on_attempt({now, c, t, Answer::Accepted, 1e-6, std::nullopt});
+    admission.release(now, &s, sink);
   }
 };
 
@@ -57,7 +55,7 @@ TEST_CASE("admission decision cost", "[bench]") {
     ++i;
     return g.decide(now, 0.5, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
   };
-  BENCHMARK("completion accounting (release, throttle, quota)") {
+  BENCHMARK("completion accounting (attempt report, release)") {
     now += 10us;
     ++i;
     g.complete(now, static_cast<TenantId>(i & 3), criticality_from_index(i & 3));
@@ -95,9 +93,9 @@ TEST_CASE("rejection cost", "[bench]") {
     now += 10us;
     return quota.admit(0, Criticality::Sheddable, now, true).retry_after.count();
   };
-  ExecutorLoad executor;
-  for (int k = 0; k < 1000; ++k) executor.sample(now + std::chrono::milliseconds(5 * k), 2.0, 1.0);
-  BENCHMARK("executor-load rejection") { return executor.admit(Criticality::Sheddable).status; };
+  SelfProtectionPolicy sp;
+  const LoadLevels levels{bit(Criticality::Sheddable), 0};
+  BENCHMARK("executor-load rejection (gate 1)") { return screen(sp, levels, Criticality::Sheddable).decision.status; };
 }
 
 TEST_CASE("queue operations at depth 10k", "[bench]") {

@@ -6,7 +6,7 @@ import re
 import subprocess
 import unittest
 
-from harness import ROOT, Backend, Levee, cluster, tool
+from harness import LEVEE, ROOT, Backend, Levee, cluster, tool
 
 DEPLOY = os.path.join(ROOT, "deploy")
 
@@ -50,7 +50,7 @@ class Deploy(unittest.TestCase):
             import yaml
         except ImportError:
             self.skipTest("PyYAML missing")
-        levee = os.environ.get("LEVEE_BIN", os.path.join(ROOT, "build", "levee"))
+        levee = LEVEE
         for name in ("sidecar.yaml", "gateway.yaml"):
             with open(os.path.join(DEPLOY, "kubernetes", name)) as f:
                 docs = list(yaml.safe_load_all(f))

@@ -1,6 +1,8 @@
-// Proves the admit path of the admission core does not allocate: every
-// operator new is counted, and a million decisions after warm-up must add
-// nothing. (A separate binary: it replaces the global allocator.)
+// Proves the request path's decisions do not allocate: every operator new
+// is counted, and a million requests through the real pipeline after
+// warm-up (classification, gate 1, gates 2-4 with queueing and
+// cancellation, attempt reports, permits returned, load reports parsed)
+// must add nothing. (A separate binary: it replaces the global allocator.)
 #include <catch2/catch_test_macros.hpp>
 
 #include <atomic>
@@ -8,17 +10,14 @@
 #include <new>
 #include <vector>
 
-#include "core/executor_load.hpp"
+#include "core/admission.hpp"
+#include "core/classify.hpp"
 #include "core/headers.hpp"
-#include "core/queue_gate.hpp"
-#include "core/retry_budget.hpp"
-#include "core/tenant_quota.hpp"
-#include "core/throttle.hpp"
 
 namespace {
 std::atomic<std::size_t> g_allocations{0};
 int* volatile g_sink = nullptr;  // an allocation the compiler may not elide
-}
+}  // namespace
 
 void* operator new(std::size_t n) {
   ++g_allocations;
@@ -31,35 +30,58 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 using namespace levee::core;
 using namespace std::chrono_literals;
 
-TEST_CASE("a million admission decisions and completions allocate nothing", "[alloc]") {
-  ExecutorLoad executor;
-  AttemptHistogram attempts;
-  AdaptiveThrottle throttle;
-  TenantQuota quota({}, {0.5, 4.0});
-  QueueConfig qc;
-  qc.max = 64;
-  QueueGate gate(qc, ConcurrencyLimitConfig{false, 8, {}});
+namespace {
+struct F {
+  std::string_view name;
+  std::string_view value;
+};
+}  // namespace
+
+TEST_CASE("a million requests through the admission pipeline allocate nothing", "[alloc]") {
+  TenantTable tenants({"gmail"});
+  TenantSource src;
+  src.trusted.any = true;
+  src.api_key_header = "x-api-key";
+  src.api_keys.emplace("k1", 1);
+  std::vector<RouteRule> routes(2);
+  routes[0].host = "*.example.com";
+  routes[0].prefix = "/api";
+  routes[1].prefix = "/";
+  Classifier classifier(routes, {src}, tenants, {});
+  AdmissionConfig cfg;
+  cfg.limit.adaptive = false;
+  cfg.limit.static_limit = 8;
+  cfg.queue.max = 64;
+  cfg.quotas = {0.5, 4.0};
+  cfg.quota_when = QuotaWhen::Always;
+  Admission admission(cfg);
+  SelfProtectionPolicy sp;
   std::vector<QueueGate::Wake> wakes;
   wakes.reserve(128);
   auto sink = [&](const QueueGate::Wake& w) { wakes.push_back(w); };
+  const Address peer = *parse_address("10.1.2.3");
+  const F fields[] = {{"Host", "www.example.com"},    {"X-Criticality", "SHEDDABLE_PLUS"},
+                      {"x-tenant-id", "gmail"},      {"x-request-timeout-ms", "800"},
+                      {"x-attempt-count", "1"},      {"User-Agent", "bench"}};
   TimePoint now{};
+  std::vector<QueueGate::Ticket> queued;
+  queued.reserve(64);
   auto one = [&](std::uint64_t i) {
     now += 7us;
-    auto c = criticality_from_index(i & 3);
-    TenantId t = static_cast<TenantId>(i & 1);
-    executor.sample(now, 0.3, 1);
-    (void)executor.admit(c);
-    attempts.record(now, 1 + (i % 5 == 0));
-    (void)attempts.admit(now, 1);
-    (void)throttle.admit(c, now, 0.5);
-    (void)quota.admit(t, c, now, true);
+    const auto cls = classifier.classify("www.example.com", "/api/x", fields, peer, now);
+    const auto crit = criticality_from_index(i & 3);
+    LoadLevels levels{static_cast<CriticalityMask>(i % 7 == 0 ? bit(Criticality::Sheddable) : 0), 0};
+    if (screen(sp, levels, crit).rejected()) return;
     wakes.clear();
-    auto a = gate.arrive(now, c, now + 1s, i, sink);
-    if (a.outcome == QueueGate::Outcome::Queued && (i & 7) == 0) gate.cancel(a.ticket, now);
-    QueueGate::Sample s{5ms, gate.in_flight(), false};
-    if (gate.in_flight() > 4) gate.release(now, &s, sink);
-    throttle.on_response(c, now, true);
-    quota.record(t, c, 0.001, now);
+    const auto v = admission.admit({crit, cls.tenant, cls.attempt, now, cls.deadline, 0.5, i}, sink);
+    if (v.queued()) {
+      if ((i & 7) == 0) admission.cancel(v.ticket, now);
+    }
+    if (admission.queue().in_flight() > 4) {
+      admission.on_attempt({now, crit, cls.tenant, Answer::Accepted, 0.001, 0.5});
+      QueueGate::Sample s{5ms, admission.queue().in_flight(), false};
+      admission.release(now, &s, sink);
+    }
     LoadReport r;
     (void)parse_orca("TEXT cpu_utilization=0.5, request_cost.cpu=0.002", r);
   };

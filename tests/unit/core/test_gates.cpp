@@ -24,17 +24,15 @@ TEST_CASE("executor load absorbs a short burst and rejects sustained load", "[ex
     clk.advance(5ms);
   }
   CHECK(el.load() < 0.2);
-  CHECK(el.admit(Criticality::Sheddable).admitted());
+  CHECK_FALSE(el.over(Criticality::Sheddable));
   // Sustained: 3 s fully busy with a backlog of half a worker.
   for (int i = 0; i < 600; ++i) {
     el.sample(clk.now, 2.5, 2);
     clk.advance(5ms);
   }
   CHECK(el.load() > 1.1);
-  auto d = el.admit(Criticality::Sheddable);
-  CHECK(d.reason == Reason::ExecutorOverload);
-  CHECK(d.status == 503);
-  CHECK(el.admit(Criticality::CriticalPlus).admitted());  // 1.2 not yet passed
+  CHECK(el.over(Criticality::Sheddable));
+  CHECK_FALSE(el.over(Criticality::CriticalPlus));  // 1.2 not yet passed
 }
 
 TEST_CASE("executor thresholds never reject a higher criticality before a lower one", "[executor][property]") {
@@ -46,8 +44,7 @@ TEST_CASE("executor thresholds never reject a higher criticality before a lower 
     clk.advance(5ms);
     for (std::size_t lo = 0; lo < kCriticalityCount; ++lo)
       for (std::size_t hi = lo + 1; hi < kCriticalityCount; ++hi)
-        if (el.admit(criticality_from_index(lo)).admitted())
-          REQUIRE(el.admit(criticality_from_index(hi)).admitted());
+        if (!el.over(criticality_from_index(lo))) REQUIRE_FALSE(el.over(criticality_from_index(hi)));
   }
 }
 

@@ -1,0 +1,133 @@
+// HTTP/1.1 parsers for the hot path, in both directions.
+//
+// They derive from Beast's basic_parser, which does the RFC 9112 grammar;
+// the callbacks here copy each field into the exchange's Head arena
+// (reserved once, so parsing a request allocates nothing), note the fields
+// the request path needs by index, and hand body bytes (chunked framing
+// already removed) to a fixed BodySink that the caller flushes.
+#pragma once
+
+#include <boost/beast/http/basic_parser.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "http/message.hpp"
+
+namespace levee::http {
+
+using boost::beast::error_code;
+
+/// Where body bytes go while parsing: a fixed buffer the caller flushes.
+/// The buffer is allocated on first use and kept: a request without a body
+/// (most of them, and every queued GET) never pays for it.
+class BodySink {
+ public:
+  explicit BodySink(std::size_t capacity) : cap_(capacity) {}
+  /// Copies what fits; returns the number of bytes taken.
+  std::size_t put(std::string_view s) {
+    if (!buf_) buf_ = std::make_unique<char[]>(cap_);
+    std::size_t n = std::min(s.size(), cap_ - used_);
+    std::memcpy(buf_.get() + used_, s.data(), n);
+    used_ += n;
+    return n;
+  }
+  bool full() const noexcept { return used_ == cap_; }
+  std::string_view data() const noexcept { return {buf_.get(), used_}; }
+  std::size_t size() const noexcept { return used_; }
+  void clear() noexcept { used_ = 0; }
+
+ private:
+  std::unique_ptr<char[]> buf_;
+  std::size_t cap_;
+  std::size_t used_ = 0;
+};
+
+/// What both parsers share: fields go into a Head (trailers are dropped),
+/// body data streams into a fixed sink, and each stored field is handed to
+/// Derived::on_stored(id, name, value, index, ec) to pick out what it notes.
+template <bool isRequest, class Derived>
+class StreamingParser : public beast_http::basic_parser<isRequest> {
+ protected:
+  StreamingParser(Head& head, BodySink& sink, bool& too_many_fields)
+      : head_(head), sink_(sink), too_many_fields_(too_many_fields) {
+    this->eager(true);
+    this->body_limit(boost::none);  // streamed, never buffered whole
+  }
+
+  void on_request_impl(Verb, boost::beast::string_view, boost::beast::string_view, int, error_code&) override {}
+  void on_response_impl(int, boost::beast::string_view, int, error_code&) override {}
+
+  Head& head_;
+
+ private:
+  void on_field_impl(FieldId id, boost::beast::string_view name_sv, boost::beast::string_view value_sv,
+                     error_code& ec) override {
+    if (header_done_) return;  // trailers are not forwarded
+    std::string_view name{name_sv.data(), name_sv.size()};
+    std::string_view value{value_sv.data(), value_sv.size()};
+    if (!head_.add(id, name, value)) {
+      too_many_fields_ = true;
+      ec = beast_http::error::header_limit;
+      return;
+    }
+    static_cast<Derived*>(this)->on_stored(id, name, value, static_cast<int>(head_.fields().size() - 1), ec);
+  }
+  void on_header_impl(error_code&) override { header_done_ = true; }
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+  std::size_t on_body_impl(boost::beast::string_view body, error_code& ec) override {
+    std::size_t n = sink_.put({body.data(), body.size()});
+    if (n < body.size()) ec = beast_http::error::need_buffer;  // the sink is full: flush, then resume
+    return n;
+  }
+  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body, error_code& ec) override {
+    return on_body_impl(body, ec);
+  }
+  void on_finish_impl(error_code&) override {}
+
+  BodySink& sink_;
+  bool& too_many_fields_;
+  bool header_done_ = false;
+};
+
+class RequestParser : public StreamingParser<true, RequestParser> {
+ public:
+  /// request_id: the configured request-id header name (noted for forwarding).
+  RequestParser(Head& head, RequestInfo& info, BodySink& sink, std::string_view request_id)
+      : StreamingParser(head, sink, info.too_many_fields), info_(info), request_id_(request_id) {}
+
+ private:
+  friend class StreamingParser<true, RequestParser>;
+  void on_request_impl(Verb method, boost::beast::string_view method_str, boost::beast::string_view target,
+                       int version, error_code& ec) override;
+  void on_stored(FieldId id, std::string_view name, std::string_view value, int at, error_code& ec);
+
+  RequestInfo& info_;
+  std::string_view request_id_;
+};
+
+/// The response fields levee reads (configurable names).
+struct ResponseSignals {
+  std::string load_report = "endpoint-load-metrics";
+  std::string no_retry = "x-levee-no-retry";
+};
+
+class ResponseParser : public StreamingParser<false, ResponseParser> {
+ public:
+  ResponseParser(Head& head, ResponseInfo& info, BodySink& sink, const ResponseSignals& names)
+      : StreamingParser(head, sink, info.too_many_fields), info_(info), names_(names) {}
+
+ private:
+  friend class StreamingParser<false, ResponseParser>;
+  void on_response_impl(int code, boost::beast::string_view reason, int version, error_code& ec) override;
+  void on_stored(FieldId id, std::string_view name, std::string_view value, int at, error_code& ec);
+
+  ResponseInfo& info_;
+  const ResponseSignals& names_;
+};
+
+}  // namespace levee::http

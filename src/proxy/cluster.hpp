@@ -1,0 +1,158 @@
+// A cluster: one backend service, shared by every worker.
+//
+// Locking. Each cluster has one mutex, mu_, and it guards exactly two
+// things: the core admission pipeline (queue, concurrency limit, throttle,
+// tenant quotas, retry budget, attempt histogram) and the core endpoint set
+// (health, outlier ejection, slow start). It is held only for calls into
+// those two, which are O(1) in the request count: never across I/O, never
+// while posting, never while taking another lock.
+//
+// Read without it: the Endpoint atomics (effective weights, outstanding
+// counts, health mirrors) and weights_version, which the cluster publishes
+// after every change under the lock, and the workers' balancers read.
+//
+// Who wakes whom. A queued request is granted by whichever thread returns a
+// permit or ticks the queue. While the lock is held, the wakes go into a
+// thread-local list; once it is released each is posted to the waiter's own
+// worker, so a waiter is only ever resumed on its own thread and no thread
+// touches another worker's objects.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "config/config.hpp"
+#include "core/admission.hpp"
+#include "core/endpoints.hpp"
+#include "proxy/clock.hpp"
+#include "proxy/endpoint.hpp"
+
+namespace levee::proxy {
+
+using core::Criticality;
+using core::Duration;
+using core::TenantId;
+using core::TimePoint;
+
+/// A request waiting in a cluster's queue, on some worker's executor.
+class QueueWaiter {
+ public:
+  /// Runs on the waiter's executor.
+  virtual void on_wake(const core::QueueGate::Wake& w) = 0;
+  boost::asio::any_io_executor executor;
+
+ protected:
+  ~QueueWaiter() = default;
+};
+
+/// What one attempt at an endpoint learned, for the cluster's state.
+struct AttemptResult {
+  TimePoint now{};
+  Criticality criticality = Criticality::Critical;
+  TenantId tenant = core::kDefaultTenant;
+  std::size_t endpoint = 0;
+  core::Answer answer = core::Answer::Accepted;
+  bool failure = false;                  ///< 5xx, connect failure, reset or timeout (outlier detection)
+  std::optional<Duration> latency;       ///< to the response head, when one arrived
+  std::optional<double> cost;
+  std::optional<double> utilization;
+};
+
+class Cluster {
+ public:
+  Cluster(const config::ClusterConfig& cfg, std::size_t index, core::AdmissionConfig admission,
+          core::EndpointPolicy endpoints, TimePoint now);
+
+  const config::ClusterConfig& cfg;
+  const std::size_t index;
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+  /// Bumped whenever effective weights change; workers rebuild their sets.
+  std::atomic<std::uint64_t> weights_version{1};
+
+  /// Gates 2-4. A Queued verdict is resolved by a call to waiter.on_wake.
+  core::Verdict admit(core::Arrival a, QueueWaiter& waiter);
+  /// The queued request gives up. False: it was granted or dropped meanwhile
+  /// and its wake is on the way.
+  bool cancel(core::QueueGate::Ticket t, TimePoint now);
+  /// One attempt at an endpoint: throttle, quota cost, utilization, outlier state.
+  void on_attempt(const AttemptResult& r);
+  /// Returns a permit: with the last attempt's latency sample, or without
+  /// when the request never reached a backend.
+  void release(TimePoint now, const core::QueueGate::Sample* sample);
+  /// Spends retry budget on attempt number `attempt`.
+  bool try_retry(TimePoint now, std::uint32_t attempt);
+  /// Periodic: slow-start ramps, expired ejections, queued requests whose
+  /// time is up.
+  void tick(TimePoint now);
+
+  /// An active health check's verdict.
+  void set_endpoint_health(std::size_t ep, bool healthy, TimePoint now);
+  /// DNS gave the endpoint a different address set: it ramps again.
+  void endpoint_moved(std::size_t ep, TimePoint now);
+
+  bool limited() const noexcept { return limited_; }
+  std::size_t available_endpoints() const;
+
+  /// For metrics and the admin page (takes the lock).
+  struct Snapshot {
+    std::uint32_t in_flight = 0, depth = 0, limit = 0, depth_over_quota = 0;
+    std::array<std::uint32_t, core::kCriticalityCount> depth_by_crit{};
+    double queue_time_s = 0, drain_rate = 0, utilization = -1;
+    bool codel_overloaded = false, overloaded = false;
+    std::array<double, core::kCriticalityCount> throttle_p{};
+    std::vector<double> tenant_usage;  ///< by TenantId, CPU-s/s
+    std::vector<double> tenant_quota;
+    double retry_share = 0;
+  };
+  Snapshot snapshot(TimePoint now);
+
+ private:
+  /// Copies the endpoint set's state into the Endpoint atomics. Under mu_.
+  void publish_endpoints(bool weights_changed);
+  static void post_wakes();
+
+  std::mutex mu_;
+  core::Admission admission_;
+  core::EndpointSet eps_;
+  const bool limited_;
+};
+
+/// A concurrency permit of a cluster. It ends in one of two ways: finish()
+/// returns it with the last attempt's latency sample; otherwise it returns
+/// itself, without a sample, when it goes out of scope.
+class Permit {
+ public:
+  Permit() noexcept = default;
+  explicit Permit(Cluster* c) noexcept : c_(c) {}
+  Permit(Permit&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+  Permit& operator=(Permit&& o) noexcept {
+    if (this != &o) {
+      reset();
+      c_ = std::exchange(o.c_, nullptr);
+    }
+    return *this;
+  }
+  Permit(const Permit&) = delete;
+  Permit& operator=(const Permit&) = delete;
+  ~Permit() { reset(); }
+
+  explicit operator bool() const noexcept { return c_ != nullptr; }
+  void finish(TimePoint at, const core::QueueGate::Sample& s) {
+    if (auto* c = std::exchange(c_, nullptr)) c->release(at, &s);
+  }
+  void reset() noexcept {
+    if (auto* c = std::exchange(c_, nullptr)) c->release(now(), nullptr);
+  }
+
+ private:
+  Cluster* c_ = nullptr;
+};
+
+}  // namespace levee::proxy

@@ -1,0 +1,87 @@
+// What an exchange sees of its client, whatever carries it: an HTTP/1.1
+// connection now, an HTTP/2 stream next. The exchange reads the request
+// head and body through it and answers through it; the protocol decides
+// framing, keep-alive and how a local reply is spelled.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "core/net.hpp"
+#include "http/local_reply.hpp"
+#include "http/message.hpp"
+#include "proxy/asio.hpp"
+#include "proxy/watchdog.hpp"
+
+namespace levee::proxy {
+
+/// The client at the other end.
+struct Peer {
+  core::Address address{};
+  std::uint16_t port = 0;
+};
+
+enum class BodyRead : std::uint8_t {
+  Data,       ///< the request sink holds more body (and body_done() may now be true)
+  Timeout,    ///< the client was too slow (408)
+  Gone,       ///< the client went away
+  Malformed,  ///< bad framing (400)
+};
+
+/// The response head to send, with what the exchange knows of its body.
+struct ResponseStart {
+  const http::Head& head;
+  const http::ResponseInfo& info;
+  bool no_body = false;                  ///< HEAD, 1xx, 204, 304
+  std::optional<std::uint64_t> length;   ///< the body's length when the upstream framed it so
+  bool no_retry = false;                 ///< add "don't retry" (levee gave up below: overload)
+};
+
+/// Told when the client goes away while the exchange is not reading from it.
+class ClientWatch {
+ public:
+  virtual void on_client_gone() noexcept = 0;
+
+ protected:
+  ~ClientWatch() = default;
+};
+
+class Downstream {
+ public:
+  virtual const Peer& peer() const noexcept = 0;
+  /// The request had a body (a length or chunked framing).
+  virtual bool has_body() const noexcept = 0;
+  /// The body's length, when the client declared one.
+  virtual std::optional<std::uint64_t> body_length() const noexcept = 0;
+  /// Every byte of the request body has been read into the request sink
+  /// (true at once without a body).
+  virtual bool body_done() const noexcept = 0;
+  /// Reads more of the request body into the exchange's request sink.
+  virtual awaitable<BodyRead> read_body() = 0;
+
+  /// "100 Continue": the client may send its body now.
+  virtual awaitable<bool> send_continue() = 0;
+  /// The response head, with `first` (a first piece of body) in the same
+  /// write; `last`: nothing follows.
+  virtual awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) = 0;
+  virtual awaitable<bool> send_body(std::string_view piece, bool last) = 0;
+  /// An answer levee makes itself.
+  virtual awaitable<bool> send_local(http::LocalReply& r) = 0;
+
+  /// Reports the client going away to w until unwatch(); only while the
+  /// exchange reads nothing from the client (queued, or waiting upstream).
+  virtual void watch(ClientWatch& w) = 0;
+  virtual void unwatch() noexcept = 0;
+
+  /// Cancels pending I/O with the client (a deadline passed).
+  virtual void cancel_io() noexcept = 0;
+  /// Bytes read from and written to the client since the last call.
+  virtual std::pair<std::uint64_t, std::uint64_t> take_bytes() noexcept = 0;
+
+ protected:
+  ~Downstream() = default;
+};
+
+}  // namespace levee::proxy

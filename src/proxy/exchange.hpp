@@ -1,0 +1,105 @@
+// The exchange: one request, from its parsed head to the end of its answer,
+// whatever protocol carries it (it sees its client only through
+// Downstream). In order:
+//
+//   classify       route, criticality, tenant, deadline, attempt (core)
+//   gate 1         self-protection, lock-free (core::screen)
+//   fuse           a slot of the batch fuse, when the route has one
+//   gates 2-4      the cluster's admission pipeline; a queued request waits
+//                  (AdmissionWait) until granted, dropped, or its client leaves
+//   attempts       endpoint choice, a pooled or new connection, the request
+//                  head and body, the response head; on failure the one
+//                  retry rule (core::plan_retry) says whether to try again
+//   response       relayed to the client; the permit, the fuse slot and the
+//                  upstream connection come back as soon as the backend is done
+//
+// Everything it holds settles itself on every exit: the Permit returns to
+// its cluster, the FuseSlot to its fuse, an upstream connection not handed
+// back to a pool is closed, and the Record writes metrics and the log line.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "core/classify.hpp"
+#include "core/decision.hpp"
+#include "core/queue_gate.hpp"
+#include "core/retry.hpp"
+#include "proxy/admission_wait.hpp"
+#include "proxy/cluster.hpp"
+#include "proxy/downstream.hpp"
+#include "proxy/exchange_buffers.hpp"
+#include "proxy/fuse.hpp"
+#include "proxy/record.hpp"
+#include "proxy/timed_list.hpp"
+#include "proxy/upstream.hpp"
+#include "proxy/watchdog.hpp"
+
+namespace levee::proxy {
+
+class Listener;
+class Runtime;
+class Worker;
+struct Route;
+
+class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::Target, public TimedHook {
+ public:
+  Exchange(Worker& w, Listener& l, Downstream& d, ExchangeBuffers& b, core::TimePoint start);
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+  ~Exchange();
+
+  /// Runs the request to its end. True when the answer went out whole and
+  /// the client's connection may carry another request.
+  awaitable<bool> run();
+  /// Answers a request that cannot be served at all (a protocol error found
+  /// before classification).
+  awaitable<bool> refuse(core::Reason r, std::string_view detail = {});
+  /// The worker's sweep: this exchange has waited a while for its backend.
+  void start_client_watch();
+
+ private:
+  /// Gate 1, the fuse, gates 2-4 and the queue wait. False: answered.
+  awaitable<bool> admit();
+  awaitable<bool> wait_for_fuse(Fuse& f);
+  awaitable<bool> wait_in_queue(core::QueueGate::Ticket t);
+  /// Attempts and the response.
+  awaitable<bool> forward();
+  struct Attempt;
+  awaitable<void> try_endpoint(Attempt& a);
+  awaitable<bool> send_request(Attempt& a);
+  awaitable<void> read_response_head(Attempt& a);
+  awaitable<bool> relay_response(Attempt& a);
+
+  awaitable<bool> reject(const core::Decision& d);
+  awaitable<bool> fail(core::Reason r, std::string_view detail = {});
+  awaitable<bool> client_gone();
+  void report(const Attempt& a, core::Answer answer, bool failure, std::optional<core::Duration> latency,
+              const core::LoadReport* load);
+
+  void on_wake(const core::QueueGate::Wake& w) override;
+  void on_client_gone() noexcept override;
+  void on_deadline(Watchdog::Phase p) noexcept override;
+  void arm(core::TimePoint deadline, Watchdog::Phase p) { b_.watchdog.arm(deadline, p, *this); }
+
+  Worker& w_;
+  Listener& l_;
+  Downstream& d_;
+  ExchangeBuffers& b_;
+  Runtime& rt_;
+  Record rec_;
+  core::Classification cls_;
+  const Route* route_ = nullptr;
+  Cluster* cluster_ = nullptr;
+  Permit permit_;
+  FuseSlot fuse_;
+  std::unique_ptr<UpstreamConn> up_;
+  AdmissionWait wait_;
+  core::QueueGate::Wake wake_{};
+  std::uint32_t in_flight_at_start_ = 0;
+  bool client_gone_ = false;
+  bool sent_continue_ = false;
+  bool answered_keep_ = false;  ///< when admission answered: the connection may carry on
+};
+
+}  // namespace levee::proxy

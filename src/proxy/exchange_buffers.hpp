@@ -1,0 +1,63 @@
+// Per-request scratch space: message heads, body buffers, the outgoing head,
+// the parsers of the HTTP/1.1 hops, and the exchange's two timers. Pooled
+// per worker and taken when a request's first bytes arrive, so an idle
+// keep-alive connection holds none of it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "http/message.hpp"
+#include "http/parser.hpp"
+#include "proxy/asio.hpp"
+#include "proxy/watchdog.hpp"
+
+namespace levee::proxy {
+
+struct ExchangeBuffers {
+  ExchangeBuffers(asio::io_context& ctx, std::size_t max_fields)
+      : req_head(max_fields),
+        req_body(16 * 1024),
+        resp_head(256),
+        resp_body(16 * 1024),
+        watchdog(ctx),
+        wait_timer(ctx.get_executor()) {
+    out.reserve(4096);
+  }
+
+  http::Head req_head;
+  http::RequestInfo req;
+  http::BodySink req_body;
+  http::Head resp_head;
+  http::ResponseInfo resp;
+  http::BodySink resp_body;
+  std::string out;  ///< the head being written (either direction)
+  std::optional<http::RequestParser> req_parser;    ///< HTTP/1.1 downstream
+  std::optional<http::ResponseParser> resp_parser;  ///< HTTP/1.1 upstream
+  Watchdog watchdog;
+  Timer wait_timer;  ///< admission waits and retry backoff
+  char request_id[32];
+  char client[64];  ///< "ip:port" of the client, for logs
+  std::size_t client_len = 0;
+  std::size_t ip_len = 0;  ///< the "ip" part of client (brackets stripped for IPv6)
+  std::size_t ip_off = 0;
+
+  std::string_view client_text() const noexcept { return {client, client_len}; }
+  std::string_view client_ip() const noexcept { return {client + ip_off, ip_len}; }
+
+  void reset() {
+    req_head.reset();
+    req = http::RequestInfo{};
+    req_body.clear();
+    resp_head.reset();
+    resp = http::ResponseInfo{};
+    resp_body.clear();
+    out.clear();
+    req_parser.reset();
+    resp_parser.reset();
+    watchdog.reset();
+    client_len = ip_len = ip_off = 0;
+  }
+};
+
+}  // namespace levee::proxy

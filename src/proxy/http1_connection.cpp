@@ -1,0 +1,424 @@
+#include "proxy/http1_connection.hpp"
+
+#include <arpa/inet.h>
+#include <boost/beast/http/error.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <charconv>
+
+#include "http/rewrite.hpp"
+#include "proxy/exchange.hpp"
+#include "proxy/io.hpp"
+#include "proxy/listener.hpp"
+#include "proxy/runtime.hpp"
+
+namespace levee::proxy {
+
+using core::Reason;
+namespace beast_http = boost::beast::http;
+
+Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::Address& addr, std::uint16_t port)
+    : w_(w), l_(l), sock_(std::move(s)) {
+  peer_.address = addr;
+  peer_.port = port;
+  error_code ec;
+  sock_.set_option(tcp::no_delay(true), ec);
+  sock_.non_blocking(true, ec);
+}
+
+Http1Connection::~Http1Connection() { w_.put_read_buffer(std::move(in_)); }
+
+void Http1Connection::park() noexcept {
+  parking_ = true;
+  error_code ec;
+  sock_.cancel(ec);
+}
+
+void Http1Connection::expire() noexcept {
+  expiring_ = true;
+  error_code ec;
+  sock_.cancel(ec);
+}
+
+void Http1Connection::on_deadline(Watchdog::Phase) noexcept { cancel_io(); }
+
+void Http1Connection::cancel_io() noexcept {
+  error_code ec;
+  sock_.cancel(ec);
+}
+
+std::pair<std::uint64_t, std::uint64_t> Http1Connection::take_bytes() noexcept {
+  return {std::exchange(rx_, 0), std::exchange(tx_, 0)};
+}
+
+// --- the connection loop ----------------------------------------------------
+
+awaitable<void> Http1Connection::run() {
+  auto self = shared_from_this();
+  for (;;) {
+    // Between requests: wait for the first bytes of the next one. A hot
+    // connection waits with its read buffer; once parked (idle past a
+    // second) it waits for readability alone and borrows a buffer then.
+    if (!in_ || in_->empty()) {
+      w_.idle(*this, l_, now());
+      bool got = false;
+      for (;;) {
+        if (!parked_) {
+          if (!in_) in_ = w_.take_read_buffer();
+          auto [ec, n] = co_await sock_.async_read_some(in_->prepare(), nothrow);
+          if (!ec) {
+            in_->commit(n);
+            rx_ += n;
+            got = true;
+            break;
+          }
+          if (ec == asio::error::operation_aborted && parking_ && !expiring_) {
+            parking_ = false;
+            parked_ = true;
+            w_.put_read_buffer(std::move(in_));
+            continue;
+          }
+          break;  // closed, reset, idle timeout or drain
+        }
+        auto [ec] = co_await sock_.async_wait(tcp::socket::wait_read, nothrow);
+        if (ec) break;
+        in_ = w_.take_read_buffer();
+        error_code rec;
+        const std::size_t n = sock_.read_some(in_->prepare(), rec);
+        if (rec == asio::error::would_block || rec == asio::error::try_again) {
+          w_.put_read_buffer(std::move(in_));
+          continue;
+        }
+        if (rec) break;  // the client closed
+        in_->commit(n);
+        rx_ += n;
+        got = true;
+        break;
+      }
+      unlink();
+      parked_ = parking_ = false;
+      if (!got || expiring_) break;
+    }
+    if (!co_await serve()) break;
+    if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+  }
+  if (linger_) co_await lingering_close();
+  error_code ec;
+  sock_.shutdown(tcp::socket::shutdown_both, ec);
+  sock_.close(ec);
+}
+
+awaitable<void> Http1Connection::lingering_close() {
+  // We answered before reading the whole request (a rejection, an error).
+  // Closing now would make the kernel reset the connection when more of the
+  // client's body arrives, and a reset can destroy our answer before the
+  // client reads it. So: stop sending, then read and discard for a while.
+  error_code ec;
+  sock_.shutdown(tcp::socket::shutdown_send, ec);
+  if (!in_) in_ = w_.take_read_buffer();
+  Timer t(w_.ctx.get_executor(), std::chrono::seconds(2));
+  t.async_wait([this](error_code tec) {
+    if (!tec) cancel_io();
+  });
+  std::size_t drained = 0;
+  while (drained < 4 * 1024 * 1024) {
+    in_->clear();
+    auto [rec, n] = co_await sock_.async_read_some(in_->prepare(), nothrow);
+    if (rec) break;
+    drained += n;
+  }
+  t.cancel();
+  in_->clear();
+}
+
+void Http1Connection::format_client() {
+  auto& b = *b_;
+  char ip[INET6_ADDRSTRLEN] = {};
+  const auto& a = peer_.address;
+  const bool v4 = a[10] == 0xff && a[11] == 0xff &&
+                  std::all_of(a.begin(), a.begin() + 10, [](std::uint8_t x) { return x == 0; });
+  if (v4) ::inet_ntop(AF_INET, a.data() + 12, ip, sizeof ip);
+  else ::inet_ntop(AF_INET6, a.data(), ip, sizeof ip);
+  const std::size_t iplen = std::strlen(ip);
+  std::size_t n = 0;
+  if (!v4) b.client[n++] = '[';
+  std::memcpy(b.client + n, ip, iplen);
+  b.ip_off = v4 ? 0 : 1;
+  b.ip_len = iplen;
+  n += iplen;
+  if (!v4) b.client[n++] = ']';
+  b.client[n++] = ':';
+  auto [p, ec] = std::to_chars(b.client + n, b.client + sizeof b.client, peer_.port);
+  (void)ec;
+  b.client_len = static_cast<std::size_t>(p - b.client);
+}
+
+awaitable<bool> Http1Connection::serve() {
+  b_ = w_.take_buffers();
+  // The scratch goes back to the pool when this request is done, after the
+  // exchange (declared below) has settled its record.
+  struct Return {
+    Worker& w;
+    std::unique_ptr<ExchangeBuffers>& b;
+    ~Return() { w.put_buffers(std::move(b)); }
+  } give_back{w_, b_};
+  format_client();
+  keep_alive_ = true;
+  head_ = false;
+  chunked_out_ = false;
+  close_after_ = false;
+
+  Reason why = Reason::None;
+  const HeadResult head = co_await read_head(why);
+  if (head == HeadResult::Closed) co_return false;
+  Exchange ex(w_, l_, *this, *b_, now());
+  if (head == HeadResult::Failed) {
+    close_after_ = true;
+    co_await ex.refuse(why);
+    co_return false;
+  }
+  b_->watchdog.disarm();
+  const auto& info = b_->req;
+  const auto& p = *b_->req_parser;
+  keep_alive_ = p.keep_alive();
+  head_ = info.method == http::Verb::head;
+  // What HTTP/1.1 itself rules out, before anything else looks at the request.
+  if (info.method_str.size() + info.target.size() + 10 > l_.cfg.max_request_line) {
+    close_after_ = true;
+    co_await ex.refuse(Reason::UriTooLong);
+    co_return false;
+  }
+  if (p.upgrade() || info.method == http::Verb::connect) {
+    close_after_ = true;
+    co_await ex.refuse(Reason::NotImplemented, "upgrades and CONNECT are not supported");
+    co_return false;
+  }
+  if (info.bad_expect) {
+    close_after_ = true;
+    co_await ex.refuse(Reason::BadRequest, "unsupported Expect");
+    co_return false;
+  }
+  if (info.version >= 11 && info.host < 0) {
+    close_after_ = true;
+    co_await ex.refuse(Reason::BadRequest, "missing Host");
+    co_return false;
+  }
+  const bool ok = co_await ex.run();
+  co_return ok && keep_alive_ && !close_after_ && b_->req_parser->is_done();
+}
+
+awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
+  auto& b = *b_;
+  b.req_head.set_max_fields(l_.cfg.max_headers);
+  b.req_parser.emplace(b.req_head, b.req, b.req_body, w_.rt->rewrite_names.request_id);
+  auto& p = *b.req_parser;
+  p.header_limit(l_.cfg.max_header_bytes);
+  b.watchdog.arm(now() + l_.cfg.header_timeout, Watchdog::Phase::Header, *this);
+  for (;;) {
+    if (!in_->empty()) {
+      error_code ec;
+      const std::size_t n = p.put(in_->cbuf(), ec);
+      in_->consume(n);
+      if (p.is_header_done()) {
+        if (ec && ec != beast_http::error::need_buffer && ec != beast_http::error::need_more) {
+          why = Reason::BadRequest;
+          co_return HeadResult::Failed;
+        }
+        co_return HeadResult::Ok;
+      }
+      if (ec == beast_http::error::header_limit) {
+        // Which limit: a request line longer than its own limit is a 414;
+        // anything else (a large field, too many fields) is a 431.
+        const auto v = in_->view();
+        const auto eol = v.find("\r\n");
+        const bool long_line = b.req.method_str.empty() && !b.req.too_many_fields &&
+                               (eol == std::string_view::npos ? v.size() : eol) > l_.cfg.max_request_line;
+        why = long_line ? Reason::UriTooLong : Reason::HeaderTooLarge;
+        co_return HeadResult::Failed;
+      }
+      if (ec && ec != beast_http::error::need_more) {
+        why = Reason::BadRequest;
+        co_return HeadResult::Failed;
+      }
+    }
+    auto buf = in_->prepare();
+    if (buf.size() == 0) {
+      why = Reason::HeaderTooLarge;
+      co_return HeadResult::Failed;
+    }
+    auto [ec, n] = co_await sock_.async_read_some(buf, nothrow);
+    if (ec) {
+      if (b.watchdog.expired()) {
+        why = Reason::RequestTimeout;
+        co_return HeadResult::Failed;
+      }
+      co_return HeadResult::Closed;  // the client left
+    }
+    in_->commit(n);
+    rx_ += n;
+  }
+}
+
+// --- the request body ----------------------------------------------------------
+
+bool Http1Connection::has_body() const noexcept {
+  const auto& p = *b_->req_parser;
+  return p.chunked() || p.content_length().value_or(0) > 0;
+}
+
+std::optional<std::uint64_t> Http1Connection::body_length() const noexcept {
+  const auto& p = *b_->req_parser;
+  if (p.chunked()) return std::nullopt;
+  if (auto len = p.content_length()) return *len;
+  return std::nullopt;
+}
+
+bool Http1Connection::body_done() const noexcept { return b_->req_parser->is_done(); }
+
+awaitable<BodyRead> Http1Connection::read_body() {
+  auto& p = *b_->req_parser;
+  auto& sink = b_->req_body;
+  for (;;) {
+    if (!in_->empty() && !p.is_done() && !sink.full()) {
+      error_code ec;
+      const std::size_t n = p.put(in_->cbuf(), ec);
+      in_->consume(n);
+      const bool more = ec == beast_http::error::need_more;  // e.g. half a chunk header
+      if (ec && !more && ec != beast_http::error::need_buffer) co_return BodyRead::Malformed;
+      if (sink.size() > 0 && (sink.full() || p.is_done() || in_->empty() || more)) co_return BodyRead::Data;
+      if (p.is_done()) co_return BodyRead::Data;
+      if (n > 0 && !more && !in_->empty()) continue;  // progress was made: parse on
+    }
+    if (p.is_done() || sink.full()) co_return BodyRead::Data;
+    auto buf = in_->prepare();
+    // A framing element (a chunk header with its extensions, a trailer)
+    // larger than the buffer: no progress is possible.
+    if (buf.size() == 0) co_return BodyRead::Malformed;
+    auto [ec, n] = co_await sock_.async_read_some(buf, nothrow);
+    if (ec) co_return b_->watchdog.expired() ? BodyRead::Timeout : BodyRead::Gone;
+    in_->commit(n);
+    rx_ += n;
+  }
+}
+
+// --- the answer ------------------------------------------------------------------
+
+awaitable<bool> Http1Connection::write(const http::Buffers& bufs) {
+  b_->watchdog.arm(now() + l_.cfg.body_timeout, Watchdog::Phase::Write, *this);
+  auto [ec, n] = co_await write_all(sock_, bufs);
+  tx_ += n;
+  co_return !ec;
+}
+
+awaitable<bool> Http1Connection::send_continue() {
+  static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+  http::Buffers bufs;
+  bufs.push(asio::buffer(cont));
+  co_return co_await write(bufs);
+}
+
+awaitable<bool> Http1Connection::send_response(const ResponseStart& r, std::string_view first, bool last) {
+  const auto& info = b_->req;
+  const bool ver10 = info.version == 10;
+  const auto& rt = *w_.rt;
+  http::DownstreamHead d{r.head, r.info, rt.rewrite_names};
+  d.no_body = r.no_body;
+  if (!r.no_body) {
+    if (r.length) {
+      d.framing = http::BodyFraming::Length;
+      d.length = *r.length;
+    } else if (!ver10) {
+      d.framing = http::BodyFraming::Chunked;
+    } else {
+      close_after_ = true;  // HTTP/1.0: the end of the body is the close
+    }
+  }
+  if (!b_->req_parser->is_done()) {
+    // The backend answered before the whole request arrived: the rest of it
+    // cannot be told from a next request.
+    close_after_ = true;
+    linger_ = true;
+  }
+  close_after_ = close_after_ || !keep_alive_ || rt.draining.load(std::memory_order_relaxed) ||
+                 rt.close_connections.load(std::memory_order_relaxed);
+  chunked_out_ = d.framing == http::BodyFraming::Chunked;
+  d.close = close_after_;
+  d.keep_alive_10 = ver10 && !close_after_;
+  d.no_retry = r.no_retry;
+  auto& out = b_->out;
+  out.clear();
+  http::write_downstream_head(out, d);
+  http::Buffers bufs;
+  char chunk_head[24];
+  bufs.push(asio::buffer(out));
+  if (!r.no_body) {
+    bufs.push_body(asio::buffer(first), chunked_out_, chunk_head);
+    if (last && chunked_out_) bufs.push_last_chunk();
+  }
+  co_return co_await write(bufs);
+}
+
+awaitable<bool> Http1Connection::send_body(std::string_view piece, bool last) {
+  http::Buffers bufs;
+  char chunk_head[24];
+  bufs.push_body(asio::buffer(piece), chunked_out_, chunk_head);
+  if (last && chunked_out_) bufs.push_last_chunk();
+  if (bufs.empty()) co_return true;
+  co_return co_await write(bufs);
+}
+
+awaitable<bool> Http1Connection::send_local(http::LocalReply& r) {
+  const auto& rt = *w_.rt;
+  auto& p = b_->req_parser;
+  if (p && !p->is_done()) {
+    // Answered before the whole request was read: what follows cannot be
+    // told from a next request.
+    close_after_ = true;
+    if (p->is_header_done()) linger_ = true;
+  }
+  r.close = r.close || close_after_ || !keep_alive_ || rt.draining.load(std::memory_order_relaxed);
+  close_after_ = r.close;
+  r.keep_alive_10 = !r.close && b_->req.version == 10;
+  r.head = head_;
+  auto& out = b_->out;
+  out.clear();
+  http::write_http1(out, r);
+  http::Buffers bufs;
+  bufs.push(asio::buffer(out));
+  const bool ok = co_await write(bufs);
+  co_return ok && !r.close;
+}
+
+// --- the client's presence ------------------------------------------------------
+
+void Http1Connection::watch(ClientWatch& w) {
+  // Readable while nothing is read means EOF (the client left) or pipelined
+  // data; with pipelined bytes already buffered there is nothing to watch.
+  if (in_ && !in_->empty()) return;
+  watcher_ = &w;
+  watch_for_close(++watch_gen_);
+}
+
+void Http1Connection::watch_for_close(std::uint64_t gen) {
+  sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](error_code ec) {
+    if (ec || gen != self->watch_gen_ || !self->watcher_) return;
+    char c;
+    const ssize_t n = ::recv(self->sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      std::exchange(self->watcher_, nullptr)->on_client_gone();
+    } else if (n < 0) {
+      self->watch_for_close(gen);  // a spurious wake-up
+    }
+    // n > 0: pipelined data; it waits in the socket for after this request.
+  });
+}
+
+void Http1Connection::unwatch() noexcept {
+  if (!watcher_) return;
+  watcher_ = nullptr;
+  ++watch_gen_;
+  cancel_io();  // the readiness wait
+}
+
+}  // namespace levee::proxy

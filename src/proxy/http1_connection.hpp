@@ -1,0 +1,90 @@
+// A downstream HTTP/1.1 connection: the socket, its timeouts, keep-alive,
+// pipelining, framing of what levee sends, and lingering close. It parses
+// each request head, hands the request to an Exchange (to which it is the
+// Downstream), and carries on while the connection may be reused.
+//
+// Between requests it holds no per-request scratch (taken from the
+// worker's pool when bytes arrive) and, once idle for a second, no read
+// buffer either: it waits for readability alone and borrows a buffer when
+// bytes come. What is left of an idle connection is this object, its
+// socket and one pending wait.
+#pragma once
+
+#include <memory>
+
+#include "http/framing.hpp"
+#include "proxy/asio.hpp"
+#include "proxy/downstream.hpp"
+#include "proxy/exchange_buffers.hpp"
+#include "proxy/io_buffer.hpp"
+#include "proxy/watchdog.hpp"
+#include "proxy/worker.hpp"
+
+namespace levee::proxy {
+
+class Listener;
+
+class Http1Connection final : public Downstream,
+                              public IdleConnection,
+                              public Watchdog::Target,
+                              public std::enable_shared_from_this<Http1Connection> {
+ public:
+  Http1Connection(Worker& w, Listener& l, Socket s, const core::Address& addr, std::uint16_t port);
+  ~Http1Connection();
+
+  awaitable<void> run();
+
+  // Downstream
+  const Peer& peer() const noexcept override { return peer_; }
+  bool has_body() const noexcept override;
+  std::optional<std::uint64_t> body_length() const noexcept override;
+  bool body_done() const noexcept override;
+  awaitable<BodyRead> read_body() override;
+  awaitable<bool> send_continue() override;
+  awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) override;
+  awaitable<bool> send_body(std::string_view piece, bool last) override;
+  awaitable<bool> send_local(http::LocalReply& r) override;
+  void watch(ClientWatch& w) override;
+  void unwatch() noexcept override;
+  void cancel_io() noexcept override;
+  std::pair<std::uint64_t, std::uint64_t> take_bytes() noexcept override;
+
+  // IdleConnection
+  void park() noexcept override;
+  void expire() noexcept override;
+
+ private:
+  enum class HeadResult : std::uint8_t { Ok, Closed, Failed };
+
+  /// Waits for the first bytes of the next request. False: close.
+  awaitable<bool> serve();
+  awaitable<HeadResult> read_head(core::Reason& why);
+  awaitable<bool> write(const http::Buffers& bufs);
+  awaitable<void> lingering_close();
+  void watch_for_close(std::uint64_t gen);
+  void format_client();
+  void on_deadline(Watchdog::Phase p) noexcept override;
+
+  Worker& w_;
+  Listener& l_;
+  Socket sock_;
+  Peer peer_;
+  std::unique_ptr<IoBuffer> in_;
+  std::unique_ptr<ExchangeBuffers> b_;
+  ClientWatch* watcher_ = nullptr;
+  std::uint64_t watch_gen_ = 0;
+  std::uint64_t rx_ = 0;
+  std::uint64_t tx_ = 0;
+  // The request in progress.
+  bool keep_alive_ = true;
+  bool head_ = false;         ///< a HEAD request: no body goes back
+  bool chunked_out_ = false;  ///< the response goes out chunked
+  bool close_after_ = false;  ///< this answer ends the connection
+  // The connection.
+  bool linger_ = false;  ///< answered before the whole request was read: drain before closing
+  bool parked_ = false;
+  bool parking_ = false;
+  bool expiring_ = false;
+};
+
+}  // namespace levee::proxy

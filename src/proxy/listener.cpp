@@ -1,0 +1,159 @@
+#include "proxy/listener.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "http/local_reply.hpp"
+#include "proxy/asio.hpp"
+#include "proxy/clock.hpp"
+#include "proxy/http1_connection.hpp"
+#include "proxy/io.hpp"
+#include "proxy/request_metrics.hpp"
+#include "proxy/runtime.hpp"
+#include "proxy/worker.hpp"
+
+namespace levee::proxy {
+
+core::Address mapped(const asio::ip::address& a) noexcept {
+  if (a.is_v4()) return core::ipv4_mapped(a.to_v4().to_bytes());
+  return a.to_v6().to_bytes();
+}
+
+Listener::Listener(const config::ListenerConfig& c, std::size_t i, core::Classifier cl, std::vector<Route> r)
+    : cfg(c), index(i), classifier(std::move(cl)), routes(std::move(r)) {}
+
+bool Listener::uses_fuse() const noexcept {
+  return batch() || std::any_of(routes.begin(), routes.end(), [](const Route& r) { return r.fuse; });
+}
+
+bool Listener::take_accept_token(core::TimePoint t) {
+  if (cfg.accept_rate <= 0) return true;
+  std::lock_guard lk(rate_mu_);
+  const double burst = std::max(1.0, cfg.accept_rate);  // up to one second's worth at once
+  if (tokens_ < 0) {
+    tokens_ = burst;
+    last_refill_ = t;
+  }
+  tokens_ = std::min(burst, tokens_ + core::to_seconds(t - last_refill_) * cfg.accept_rate);
+  last_refill_ = t;
+  if (tokens_ < 1.0) return false;
+  tokens_ -= 1.0;
+  return true;
+}
+
+bool Listener::source_enter(const core::Address& addr) {
+  if (cfg.max_connections_per_source == 0) return true;
+  std::lock_guard lk(src_mu_);
+  auto& n = per_source_[addr];
+  if (n >= cfg.max_connections_per_source) return false;
+  ++n;
+  return true;
+}
+
+void Listener::source_leave(const core::Address& addr) {
+  if (cfg.max_connections_per_source == 0) return;
+  std::lock_guard lk(src_mu_);
+  auto it = per_source_.find(addr);
+  if (it == per_source_.end()) return;
+  if (--it->second == 0) per_source_.erase(it);
+}
+
+namespace {
+
+/// Refuses a connection politely: reads what the client sends first, briefly
+/// (closing at once would reset the connection before it reads the answer),
+/// answers 503 with Retry-After and the reason, closes.
+awaitable<void> refuse(Worker& w, Socket s, Listener& l, core::Reason reason) {
+  l.refusing.fetch_add(1, std::memory_order_relaxed);
+  Timer t(w.ctx.get_executor(), std::chrono::milliseconds(200));
+  t.async_wait([&s](error_code ec) {
+    if (!ec) {
+      error_code ig;
+      s.cancel(ig);
+    }
+  });
+  char buf[2048];
+  co_await s.async_read_some(asio::buffer(buf), nothrow);
+  t.cancel();
+  http::LocalReply r = http::rejection(core::Decision::reject(reason, std::chrono::seconds(1)),
+                                       core::retry_after_seconds(std::chrono::seconds(1), w.rng.uniform()));
+  r.close = true;
+  std::string out;
+  http::write_http1(out, r);
+  co_await asio::async_write(s, asio::buffer(out), nothrow);
+  error_code ec;
+  s.shutdown(tcp::socket::shutdown_both, ec);
+  s.close(ec);
+  l.refusing.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+awaitable<void> accept_loop(Worker& w, Acceptor& a, Listener& l) {
+  auto& m = *w.rt->metrics;
+  for (;;) {
+    auto [ec, sock] = co_await a.async_accept(nothrow);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || w.draining()) co_return;
+      // EMFILE and friends: back off briefly rather than spin.
+      spdlog::warn("accept on {}: {}", l.cfg.name, ec.message());
+      Timer t(w.ctx.get_executor(), std::chrono::milliseconds(10));
+      co_await t.async_wait(nothrow);
+      continue;
+    }
+    const std::uint32_t conns = l.connections.load(std::memory_order_relaxed);
+    const std::uint32_t cap = l.cfg.max_connections;
+    core::Address addr{};
+    std::uint16_t port = 0;
+    {
+      error_code aec;
+      const auto ep = sock.remote_endpoint(aec);
+      if (!aec) {
+        addr = mapped(ep.address());
+        port = ep.port();
+      }
+    }
+    // Connection guards: the cap, the accept rate, the per-source cap.
+    std::optional<RefuseCause> cause;
+    if (conns >= cap) cause = RefuseCause::MaxConnections;
+    else if (!l.take_accept_token(now())) cause = RefuseCause::AcceptRate;
+    else if (!l.source_enter(addr)) cause = RefuseCause::PerSource;
+    if (cause) {
+      m.refuse(w.index, l.index, *cause);
+      // Refuse politely while that is cheap (a bounded number at a time,
+      // not far beyond the cap); beyond that, close at once.
+      const std::uint32_t margin = std::max<std::uint32_t>(16, cap / 10);
+      if (l.refusing.load(std::memory_order_relaxed) < 1024 && conns < cap + margin) {
+        asio::co_spawn(w.ctx, refuse(w, std::move(sock), l, core::Reason::ConnectionLimit), asio::detached);
+      } else {
+        error_code ig;
+        sock.set_option(asio::socket_base::linger(true, 0), ig);
+        sock.close(ig);
+      }
+      continue;
+    }
+    // Near the cap, idle keep-alive connections make room first.
+    if (conns + 1 > cap - cap / 10) w.close_idle(l, conns + 1 - (cap - cap / 10));
+    l.connections.fetch_add(1, std::memory_order_relaxed);
+    w.connections.fetch_add(1, std::memory_order_relaxed);
+    m.connections.inc(w.index, l.index);
+    auto c = std::make_shared<Http1Connection>(w, l, std::move(sock), addr, port);
+    asio::co_spawn(w.ctx, c->run(), [c, &w, &l, addr](std::exception_ptr e) {
+      l.connections.fetch_sub(1, std::memory_order_relaxed);
+      w.connections.fetch_sub(1, std::memory_order_relaxed);
+      l.source_leave(addr);
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          spdlog::error("connection: {}", ex.what());
+        }
+      }
+    });
+  }
+}
+
+}  // namespace levee::proxy

@@ -1,0 +1,84 @@
+// A listener: an address levee accepts connections on, its routes, and the
+// connection guards every worker's acceptor for it shares (the connection
+// cap, the accept-rate token bucket, the per-source cap). Each worker runs
+// its own accept loop on its own SO_REUSEPORT socket (accept_loop).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+#include "core/classify.hpp"
+#include "core/net.hpp"
+#include "core/time.hpp"
+#include "proxy/asio.hpp"
+
+namespace levee::proxy {
+
+class Cluster;
+class Worker;
+
+/// What the data plane adds to a core route rule.
+struct Route {
+  Cluster* cluster = nullptr;
+  std::string name;          ///< metric label and log field
+  std::size_t metric_index;  ///< into the request metrics' route axis
+  bool fuse = false;         ///< through a fuse pool
+};
+
+/// The peer address as classification sees it: IPv4 as IPv4-mapped.
+core::Address mapped(const asio::ip::address& a) noexcept;
+
+class Listener {
+ public:
+  Listener(const config::ListenerConfig& c, std::size_t index, core::Classifier classifier,
+           std::vector<Route> routes);
+
+  const config::ListenerConfig& cfg;
+  const std::size_t index;
+  const core::Classifier classifier;
+  const std::vector<Route> routes;  ///< parallel to classifier.routes()
+
+  bool batch() const noexcept { return cfg.mode == config::ListenerConfig::Mode::Batch; }
+  /// Whether any of its traffic goes through a fuse: a batch listener, or a
+  /// route marked `fuse`.
+  bool uses_fuse() const noexcept;
+
+  std::atomic<std::uint32_t> connections{0};
+  std::atomic<std::uint32_t> refusing{0};  ///< polite refusals in progress
+  // Fuse pools, all clusters (written by the workers, read at scrape).
+  std::atomic<std::uint32_t> fuse_open{0};
+  std::atomic<std::uint32_t> fuse_in_use{0};
+  std::atomic<std::uint32_t> fuse_waiting{0};
+
+  /// Accept-rate limit: a token bucket shared by the workers.
+  bool take_accept_token(core::TimePoint now);
+  /// Per-source connection cap; true when the source may open one more.
+  bool source_enter(const core::Address& addr);
+  void source_leave(const core::Address& addr);
+
+ private:
+  std::mutex rate_mu_;
+  double tokens_ = -1;
+  core::TimePoint last_refill_{};
+  struct AddrHash {
+    std::size_t operator()(const core::Address& a) const noexcept {
+      std::uint64_t h = 1469598103934665603ull;
+      for (auto b : a) h = (h ^ b) * 1099511628211ull;
+      return static_cast<std::size_t>(h);
+    }
+  };
+  std::mutex src_mu_;
+  std::unordered_map<core::Address, std::uint32_t, AddrHash> per_source_;
+};
+
+/// One worker's accept loop on one listener: connection guards, then a
+/// connection of the listener's protocol.
+awaitable<void> accept_loop(Worker& w, Acceptor& a, Listener& l);
+
+}  // namespace levee::proxy

@@ -1,0 +1,67 @@
+#include "proxy/request_metrics.hpp"
+
+#include "core/criticality.hpp"
+#include "core/decision.hpp"
+
+namespace levee::proxy {
+
+namespace {
+std::vector<std::string> reason_names() {
+  std::vector<std::string> v;
+  for (std::size_t i = 0; i < core::kReasonCount; ++i) v.emplace_back(core::to_string(static_cast<core::Reason>(i)));
+  return v;
+}
+std::vector<std::string> criticality_names() {
+  std::vector<std::string> v;
+  for (std::size_t i = 0; i < core::kCriticalityCount; ++i)
+    v.emplace_back(core::to_string(core::criticality_from_index(i)));
+  return v;
+}
+const std::vector<std::string> kCodes = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+const std::vector<std::string> kEndpointLabels = {"cluster", "endpoint"};
+}  // namespace
+
+RequestMetrics::RequestMetrics(const MetricLabels& l, std::size_t shards)
+    : requests("levee_requests_total", "Requests answered, by route and status class",
+               {{"route", l.routes}, {"code", kCodes}}, shards),
+      admitted("levee_admitted_total", "Requests admitted by every gate",
+               {{"cluster", l.clusters}, {"criticality", criticality_names()}, {"tenant", l.tenants}}, shards),
+      rejected("levee_rejected_total", "Requests shed by an admission gate",
+               {{"cluster", l.clusters}, {"reason", reason_names()}, {"criticality", criticality_names()},
+                {"tenant", l.tenants}},
+               shards),
+      dry_run("levee_dry_run_rejections_total", "Requests a dry-run gate would have rejected (they were served)",
+              {{"cluster", l.clusters}, {"reason", reason_names()}, {"criticality", criticality_names()}}, shards),
+      local_replies("levee_local_replies_total", "Error replies levee made itself",
+                    {{"listener", l.listeners}, {"reason", reason_names()}}, shards),
+      connections("levee_downstream_connections_total", "Downstream connections accepted",
+                  {{"listener", l.listeners}}, shards),
+      refused("levee_downstream_refused_total", "Downstream connections refused",
+              {{"listener", l.listeners}, {"cause", {"max_connections", "per_source", "accept_rate", "draining"}}},
+              shards),
+      upstream_requests("levee_upstream_requests_total", "Responses from upstream endpoints",
+                        {{kEndpointLabels, l.endpoints}, {"code", kCodes}}, shards),
+      upstream_errors("levee_upstream_errors_total", "Upstream attempts that got no response",
+                      {{kEndpointLabels, l.endpoints}, {"kind", {"connect", "reset", "timeout", "protocol"}}},
+                      shards),
+      upstream_connects("levee_upstream_connections_total", "Upstream connections opened",
+                        {{"cluster", l.clusters}}, shards),
+      load_report_errors("levee_load_report_errors_total",
+                         "endpoint-load-metrics values that could not be parsed (ignored)", {{"cluster", l.clusters}},
+                         shards),
+      bytes("levee_bytes_total", "Body and header bytes relayed",
+            {{"direction", {"from_downstream", "to_downstream"}}}, shards),
+      upstream_latency("levee_upstream_latency_seconds", "Time from sending upstream to the response header",
+                       {{"cluster", l.clusters}}, metrics::latency_buckets(), shards),
+      request_duration("levee_request_duration_seconds", "Time from request header to the end of the answer",
+                       {{"cluster", l.clusters}, {"outcome", {"served", "rejected"}}}, metrics::latency_buckets(),
+                       shards),
+      queue_time("levee_queue_time_seconds", "Time admitted requests waited in a cluster queue",
+                 {{"cluster", l.clusters}}, metrics::latency_buckets(), shards),
+      health_checks("levee_health_checks_total", "Active health checks by result",
+                    {{kEndpointLabels, l.endpoints}, {"result", {"ok", "failed"}}}, shards),
+      health_check_latency("levee_health_check_latency_seconds", "Active health check round trips",
+                           {{"cluster", l.clusters}}, metrics::latency_buckets(), shards),
+      endpoint_base(l.endpoint_base) {}
+
+}  // namespace levee::proxy

@@ -1,0 +1,66 @@
+// The counters and histograms the request path writes: sharded per worker
+// (the last shard belongs to the control thread), label spaces fixed at
+// start-up from the configuration, so a cell is found by arithmetic.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "metrics/metrics.hpp"
+
+namespace levee::proxy {
+
+/// Label values known from the configuration.
+struct MetricLabels {
+  std::vector<std::string> routes;
+  std::vector<std::string> clusters;
+  std::vector<std::string> listeners;
+  std::vector<std::string> tenants;
+  std::vector<std::vector<std::string>> endpoints;  ///< (cluster, endpoint) per flattened endpoint
+  std::vector<std::size_t> endpoint_base;           ///< first flattened endpoint of each cluster
+};
+
+/// Why a connection was refused (levee_downstream_refused_total{cause}).
+enum class RefuseCause : std::size_t { MaxConnections, PerSource, AcceptRate, Draining };
+/// What went wrong with an upstream attempt (levee_upstream_errors_total{kind}).
+enum class UpstreamError : std::size_t { Connect, Reset, Timeout, Protocol };
+
+struct RequestMetrics {
+  RequestMetrics(const MetricLabels& labels, std::size_t shards);
+
+  metrics::CounterTable requests;           // route, code class
+  metrics::CounterTable admitted;           // cluster, criticality, tenant
+  metrics::CounterTable rejected;           // cluster, reason, criticality, tenant
+  metrics::CounterTable dry_run;            // cluster, reason, criticality
+  metrics::CounterTable local_replies;      // listener, reason
+  metrics::CounterTable connections;        // listener
+  metrics::CounterTable refused;            // listener, cause
+  metrics::CounterTable upstream_requests;  // (cluster, endpoint), code class
+  metrics::CounterTable upstream_errors;    // (cluster, endpoint), kind
+  metrics::CounterTable upstream_connects;  // cluster
+  metrics::CounterTable load_report_errors; // cluster
+  metrics::CounterTable bytes;              // direction
+  metrics::HistogramTable upstream_latency; // cluster
+  metrics::HistogramTable request_duration; // cluster, outcome (served, rejected)
+  metrics::HistogramTable queue_time;       // cluster
+  metrics::CounterTable health_checks;      // (cluster, endpoint), result
+  metrics::HistogramTable health_check_latency;  // cluster
+
+  std::vector<std::size_t> endpoint_base;
+
+  std::size_t endpoint(std::size_t cluster, std::size_t ep) const noexcept { return endpoint_base[cluster] + ep; }
+  void refuse(std::size_t shard, std::size_t listener, RefuseCause c) noexcept {
+    refused.inc(shard, refused.index({listener, static_cast<std::size_t>(c)}));
+  }
+  void upstream_error(std::size_t shard, std::size_t cluster, std::size_t ep, UpstreamError k) noexcept {
+    upstream_errors.inc(shard, upstream_errors.index({endpoint(cluster, ep), static_cast<std::size_t>(k)}));
+  }
+};
+
+/// "1xx".."5xx" index of a status code.
+constexpr std::size_t code_class(int status) noexcept {
+  if (status < 100) return 4;
+  return static_cast<std::size_t>((status >= 500 ? 5 : status / 100) - 1);
+}
+
+}  // namespace levee::proxy

@@ -1,0 +1,98 @@
+#include "proxy/upstream.hpp"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "proxy/cluster.hpp"
+#include "proxy/fuse.hpp"
+#include "proxy/runtime.hpp"
+
+namespace levee::proxy {
+
+UpstreamConn::~UpstreamConn() {
+  if (fuse) fuse->note_closed(*this);
+}
+
+bool quiet(Socket& s) noexcept {
+  char b;
+  const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+UpstreamPool::UpstreamPool(const Runtime& rt) : rt_(rt) {
+  idle_.resize(rt.clusters.size());
+  for (std::size_t c = 0; c < rt.clusters.size(); ++c) idle_[c].resize(rt.clusters[c]->endpoints.size());
+}
+
+std::unique_ptr<UpstreamConn> UpstreamPool::take(std::size_t c, std::size_t e, core::TimePoint t) {
+  auto& list = idle_[c][e];
+  const Cluster& cl = *rt_.clusters[c];
+  const auto generation = cl.endpoints[e]->addr_generation.load(std::memory_order_acquire);
+  while (!list.empty()) {
+    auto conn = std::move(list.back());  // most recently used first
+    list.pop_back();
+    --idle_total_;
+    if (t - conn->idle_since >= cl.cfg.idle_timeout) continue;
+    if (conn->generation != generation) continue;  // DNS moved the endpoint
+    if (quiet(conn->sock)) return conn;
+    // Anything readable on an idle connection is a close or bytes that
+    // belong to no request: either way it is not reusable.
+  }
+  return nullptr;
+}
+
+void UpstreamPool::put(std::unique_ptr<UpstreamConn> conn, core::TimePoint t) {
+  auto& list = idle_[conn->cluster][conn->endpoint];
+  if (draining || list.size() >= rt_.clusters[conn->cluster]->cfg.max_idle) return;  // closed by destruction
+  conn->idle_since = t;
+  conn->buf.clear();
+  list.push_back(std::move(conn));
+  ++idle_total_;
+}
+
+void UpstreamPool::sweep(core::TimePoint t) {
+  for (std::size_t c = 0; c < idle_.size(); ++c) {
+    const auto timeout = rt_.clusters[c]->cfg.idle_timeout;
+    for (auto& list : idle_[c]) {
+      // Oldest at the front: drop those idle too long.
+      std::size_t keep_from = 0;
+      while (keep_from < list.size() && t - list[keep_from]->idle_since >= timeout) ++keep_from;
+      if (keep_from > 0) {
+        list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(keep_from));
+        idle_total_ -= keep_from;
+      }
+    }
+  }
+}
+
+void UpstreamPool::close_all() {
+  for (auto& c : idle_)
+    for (auto& list : c) list.clear();
+  idle_total_ = 0;
+}
+
+std::size_t Balancer::pick(Cluster& c, std::size_t avoid, Rng& rng) {
+  auto& v = views_[c.index];
+  const auto version = c.weights_version.load(std::memory_order_acquire);
+  const std::size_t n = c.endpoints.size();
+  if (v.version != version || v.loads.size() != n) {
+    v.loads.resize(n);
+    for (std::size_t i = 0; i < n; ++i)
+      v.loads[i].weight = c.endpoints[i]->effective_weight.load(std::memory_order_relaxed);
+    v.set.rebuild(v.loads);
+    v.version = version;
+  }
+  if (v.set.empty()) return core::kNoEndpoint;
+  auto weight = [&](std::size_t i) { return v.loads[i].weight; };
+  auto outstanding = [&](std::size_t i) { return c.endpoints[i]->outstanding.load(std::memory_order_relaxed); };
+  std::size_t k = core::pick_p2c_with(v.set, weight, outstanding, rng.uniform(), rng.uniform());
+  if (k == avoid && n > 1) {
+    // A retry prefers a different endpoint: one more draw.
+    const std::size_t k2 = core::pick_p2c_with(v.set, weight, outstanding, rng.uniform(), rng.uniform());
+    if (k2 != core::kNoEndpoint) k = k2;
+  }
+  return k;
+}
+
+}  // namespace levee::proxy

@@ -1,0 +1,93 @@
+// One timer per exchange for every deadline it meets: header, body, queue,
+// connect, response, write. Arming is a store when the new deadline is not
+// earlier than the one the timer already waits for (the timer fires early
+// and re-arms itself); only an earlier deadline re-arms the timer. When a
+// deadline passes, the watchdog cancels the I/O of the phase it guards
+// through the Target it was given, and the operation that was waiting sees
+// `operation_aborted` and asks expired().
+#pragma once
+
+#include <cstdint>
+
+#include "core/time.hpp"
+#include "proxy/asio.hpp"
+#include "proxy/clock.hpp"
+
+namespace levee::proxy {
+
+class Watchdog {
+ public:
+  enum class Phase : std::uint8_t { None, Header, Body, Queue, Connect, Upstream, Response, Write, Linger };
+
+  /// What to cancel when a deadline passes.
+  class Target {
+   public:
+    virtual void on_deadline(Phase p) noexcept = 0;
+
+   protected:
+    ~Target() = default;
+  };
+
+  explicit Watchdog(asio::io_context& ctx) : timer_(ctx.get_executor()) {}
+
+  void arm(core::TimePoint deadline, Phase p, Target& t);
+  void disarm() noexcept {
+    deadline_ = core::TimePoint::max();
+    phase_ = Phase::None;
+  }
+  /// Forgets everything (the exchange is back in its pool).
+  void reset() noexcept {
+    disarm();
+    expired_ = false;
+    target_ = nullptr;
+    armed_ = false;  // a wait still pending belongs to an old generation
+    ++gen_;
+  }
+  bool expired() const noexcept { return expired_; }
+  Phase expired_phase() const noexcept { return expired_phase_; }
+  core::TimePoint deadline() const noexcept { return deadline_; }
+
+ private:
+  void fire(std::uint64_t gen);
+
+  Timer timer_;
+  Target* target_ = nullptr;
+  core::TimePoint deadline_ = core::TimePoint::max();
+  core::TimePoint armed_at_ = core::TimePoint::max();  ///< what the timer waits for
+  std::uint64_t gen_ = 0;
+  bool armed_ = false;
+  bool expired_ = false;
+  Phase phase_ = Phase::None;
+  Phase expired_phase_ = Phase::None;
+};
+
+inline void Watchdog::arm(core::TimePoint d, Phase p, Target& t) {
+  target_ = &t;
+  deadline_ = d;
+  phase_ = p;
+  expired_ = false;
+  if (d == core::TimePoint::max()) return;
+  if (armed_ && d >= armed_at_) return;  // fires early, then re-arms
+  armed_at_ = d;
+  armed_ = true;
+  timer_.expires_at(to_steady(d));
+  timer_.async_wait([this, g = ++gen_](error_code) { fire(g); });
+}
+
+inline void Watchdog::fire(std::uint64_t gen) {
+  if (gen != gen_) return;  // superseded by an earlier deadline, or reset
+  armed_ = false;
+  if (deadline_ == core::TimePoint::max() || target_ == nullptr) return;
+  if (now() < deadline_) {
+    armed_at_ = deadline_;
+    armed_ = true;
+    timer_.expires_at(to_steady(deadline_));
+    timer_.async_wait([this, g = ++gen_](error_code) { fire(g); });
+    return;
+  }
+  expired_ = true;
+  expired_phase_ = phase_;
+  target_->on_deadline(phase_);
+}
+
+}  // namespace levee::proxy
