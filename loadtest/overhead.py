@@ -1,16 +1,25 @@
 #!/usr/bin/env python3
-"""The proxy-overhead benchmark (issue 2): the same small-response workload
-(wrk, keep-alive, 50 connections) directly against a backend, through levee,
-through HAProxy and through nginx, one worker each, in one run.
+"""The proxy-overhead benchmark: the same small-response workload (wrk,
+keep-alive, 50 connections) directly against a backend, through levee,
+through HAProxy and through nginx, one worker each, in one run, in two
+pairs:
 
-    python3 loadtest/overhead.py [--seconds 10] [--repeat 3] [--connections 50]
+  logs off   levee, HAProxy and nginx with no access log;
+  logs on    what users run: levee with its shipped defaults (access log
+             on, every request, to a file), HAProxy with `option httplog`
+             logging to a file (stdout redirected), nginx with a buffered
+             `access_log` to a file (buffer=64k flush=1s).
+
+    python3 loadtest/overhead.py [--seconds 10] [--repeat 5] [--connections 50] [--only levee,haproxy]
 
 The backend is nginx answering `return 200 "ok"` (the cheapest server at
-hand, so it is not the bottleneck). On a 2+ CPU machine the proxy gets CPU 0
-to itself and wrk and the backend share CPU 1; every proxy sees the same
-conditions. Each proxy runs `--repeat` times, interleaved; medians are
-printed with ratios to HAProxy. levee runs with its shipped defaults except
-that the access log is off, as it is for HAProxy and nginx.
+hand, so it is not the bottleneck). On a 2+ CPU machine every proxy gets
+CPU 0 to itself (all of its threads) and wrk and the backend share CPU 1;
+every proxy sees the same conditions. Each front runs `--repeat` times,
+interleaved; medians are printed with ratios to HAProxy in the same pair.
+levee runs with its shipped defaults (the only settings given are its
+ports, the backend and, for the logs-off pair, `access_log.enabled:
+false`).
 """
 import argparse
 import json
@@ -39,17 +48,69 @@ def wrk(port, seconds, conns):
     return {"rps": rps, "p50_ms": lat(50), "p99_ms": lat(99), "non2xx": int(non2xx.group(1)) if non2xx else 0}
 
 
+def haproxy_cfg(port, be, log):
+    logging = """global
+  nbthread 1
+  maxconn 4000
+  log stdout format raw local0
+defaults
+  mode http
+  log global
+  option httplog
+""" if log else """global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+"""
+    return logging + f"""  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:{port}
+  default_backend be
+backend be
+  http-reuse always
+  server s1 127.0.0.1:{be}
+"""
+
+
+def nginx_cfg(d, port, be, log):
+    access = f"access_log {d}/access.log combined buffer=64k flush=1s;" if log else "access_log off;"
+    return f"""daemon off; worker_processes 1; pid {d}/px.pid; error_log {d}/px.err;
+events {{ worker_connections 4096; }}
+http {{ {access} keepalive_requests 1000000;
+  upstream be {{ server 127.0.0.1:{be}; keepalive 64; }}
+  server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
+"""
+
+
+def levee_cfg(port, admin, be, access_log):
+    cfg = {"admin": {"address": "127.0.0.1", "port": admin}, "workers": 1,
+           "listeners": [{"name": "bench", "address": "127.0.0.1", "port": port, "routes": [{"cluster": "app"}]}],
+           "clusters": [{"name": "app", "endpoints": [f"127.0.0.1:{be}"]}]}
+    cfg["access_log"] = {"path": access_log} if access_log else {"enabled": False}
+    return cfg
+
+
+PAIRS = {"logs off": ("levee", "haproxy", "nginx"), "logs on": ("levee-log", "haproxy-log", "nginx-log")}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", help="comma-separated fronts to run (direct always runs)")
     ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--levee", default=os.path.join(BUILD, "levee"), help="the levee binary to measure")
     ap.add_argument("--json")
     args = ap.parse_args()
     for tool in ("wrk", "nginx", "haproxy"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             sys.exit(f"{tool} is needed (scripts/deps.sh --test installs it)")
     procs = Procs()
+    want = set(args.only.split(",")) if args.only else None
     try:
         be = free_port()
         with open(os.path.join(procs.dir, "be.conf"), "w") as f:
@@ -61,61 +122,50 @@ http {{ access_log off; keepalive_requests 1000000;
         procs.start(pin("1") + ["nginx", "-p", procs.dir, "-c", os.path.join(procs.dir, "be.conf")], "backend")
         wait_port(be)
         ports = {"direct": be}
-        hp = free_port()
-        with open(os.path.join(procs.dir, "haproxy.cfg"), "w") as f:
-            f.write(f"""global
-  nbthread 1
-  maxconn 4000
-defaults
-  mode http
-  timeout connect 1s
-  timeout client 30s
-  timeout server 30s
-  option http-keep-alive
-frontend fe
-  bind 127.0.0.1:{hp}
-  default_backend be
-backend be
-  http-reuse always
-  server s1 127.0.0.1:{be}
-""")
-        procs.start(pin("0") + [shutil.which("haproxy") or "/usr/sbin/haproxy", "-f", os.path.join(procs.dir, "haproxy.cfg")], "haproxy")
-        ports["haproxy"] = hp
-        np_ = free_port()
-        os.makedirs(os.path.join(procs.dir, "px"), exist_ok=True)
-        with open(os.path.join(procs.dir, "px.conf"), "w") as f:
-            f.write(f"""daemon off; worker_processes 1; pid {procs.dir}/px/px.pid; error_log {procs.dir}/px/px.err;
-events {{ worker_connections 4096; }}
-http {{ access_log off; keepalive_requests 1000000;
-  upstream be {{ server 127.0.0.1:{be}; keepalive 64; }}
-  server {{ listen 127.0.0.1:{np_}; location / {{ proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
-""")
-        procs.start(pin("0") + ["nginx", "-p", os.path.join(procs.dir, "px"), "-c", os.path.join(procs.dir, "px.conf")], "nginx")
-        ports["nginx"] = np_
-        lp, la = free_port(), free_port()
-        with open(os.path.join(procs.dir, "levee.yaml"), "w") as f:
-            json.dump({"admin": {"address": "127.0.0.1", "port": la}, "workers": 1,
-                       "access_log": {"enabled": False},
-                       "listeners": [{"name": "bench", "address": "127.0.0.1", "port": lp,
-                                      "routes": [{"cluster": "app"}]}],
-                       "clusters": [{"name": "app", "endpoints": [f"127.0.0.1:{be}"]}]}, f)
-        procs.start(pin("0") + [os.path.join(BUILD, "levee"), "-c", os.path.join(procs.dir, "levee.yaml")], "levee")
-        ports["levee"] = lp
+        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        for name, log in (("haproxy", False), ("haproxy-log", True)):
+            if want and name not in want:
+                continue
+            port = free_port()
+            cfg = os.path.join(procs.dir, name + ".cfg")
+            with open(cfg, "w") as f:
+                f.write(haproxy_cfg(port, be, log))
+            out = open(os.path.join(procs.dir, name + "-access.log"), "w")
+            procs.items.append((name, subprocess.Popen(pin("0") + [haproxy, "-f", cfg], stdout=out,
+                                                       stderr=subprocess.DEVNULL)))
+            ports[name] = port
+        for name, log in (("nginx", False), ("nginx-log", True)):
+            if want and name not in want:
+                continue
+            port = free_port()
+            d = os.path.join(procs.dir, name)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "px.conf"), "w") as f:
+                f.write(nginx_cfg(d, port, be, log))
+            procs.start(pin("0") + ["nginx", "-p", d, "-c", os.path.join(d, "px.conf")], name)
+            ports[name] = port
+        for name, log in (("levee", None), ("levee-log", os.path.join(procs.dir, "levee-access.log"))):
+            if want and name not in want:
+                continue
+            port, admin = free_port(), free_port()
+            path = os.path.join(procs.dir, name + ".yaml")
+            with open(path, "w") as f:
+                json.dump(levee_cfg(port, admin, be, log), f)
+            procs.start(pin("0") + [args.levee, "-c", path], name)
+            ports[name] = port
         # The same levee shedding every request at gate 1 (thresholds of 0):
         # the full cost of a rejection (parse, classify, answer) against a
         # proxied request's.
-        sp, sa = free_port(), free_port()
-        with open(os.path.join(procs.dir, "levee-shed.yaml"), "w") as f:
-            json.dump({"admin": {"address": "127.0.0.1", "port": sa}, "workers": 1,
-                       "access_log": {"enabled": False},
-                       "self_protection": {"time_constant": "10ms", "thresholds": {
-                           "SHEDDABLE": 0, "SHEDDABLE_PLUS": 0, "CRITICAL": 0, "CRITICAL_PLUS": 0}},
-                       "listeners": [{"name": "bench", "address": "127.0.0.1", "port": sp,
-                                      "routes": [{"cluster": "app"}]}],
-                       "clusters": [{"name": "app", "endpoints": [f"127.0.0.1:{be}"]}]}, f)
-        procs.start(pin("0") + [os.path.join(BUILD, "levee"), "-c", os.path.join(procs.dir, "levee-shed.yaml")],
-                    "levee-shed")
-        ports["levee-shed"] = sp
+        if not want or "levee-shed" in want:
+            sp, sa = free_port(), free_port()
+            cfg = levee_cfg(sp, sa, be, None)
+            cfg["self_protection"] = {"time_constant": "10ms", "thresholds": {
+                "SHEDDABLE": 0, "SHEDDABLE_PLUS": 0, "CRITICAL": 0, "CRITICAL_PLUS": 0}}
+            with open(os.path.join(procs.dir, "levee-shed.yaml"), "w") as f:
+                json.dump(cfg, f)
+            procs.start(pin("0") + [args.levee, "-c", os.path.join(procs.dir, "levee-shed.yaml")],
+                        "levee-shed")
+            ports["levee-shed"] = sp
         for p in ports.values():
             wait_port(p)
         for p in ports.values():  # warm connection pools
@@ -130,19 +180,25 @@ http {{ access_log off; keepalive_requests 1000000;
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")} for k, v in results.items()}
     for k, v in results.items():
         med[k]["non2xx"] = sum(r["non2xx"] for r in v)
-    hap = med["haproxy"]
-    print(f"overhead benchmark: wrk -t1 -c{args.connections} -d{args.seconds}s, {args.repeat} runs each, medians")
+    print(f"overhead benchmark: wrk -t1 -c{args.connections} -d{args.seconds}s, {args.repeat} runs each, interleaved, medians")
     print(f"machine: {machine()}")
-    print(f"{'front':>8} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx':>8}")
-    for k in ("direct", "levee", "haproxy", "nginx", "levee-shed"):
-        v = med[k]
-        print(f"{k:>8} {v['rps']:10.0f} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['rps'] / hap['rps']:17.3f} "
-              f"{v['p99_ms'] / hap['p99_ms']:15.3f} {v['non2xx']:8d}")
-    lv, shed = med["levee"]["rps"], med["levee-shed"]["rps"]
-    print(f"levee-shed answers every request itself (503 executor_overload): {shed:.0f} rejections/s against "
-          f"{lv:.0f} proxied/s on the same core: a rejection costs at most {lv / shed:.2f}x a proxied request "
-          f"(at most: wrk, on the other core, may be what limits the rejection rate) "
-          f"({results['levee-shed'][0]['non2xx']} of the first run's answers were rejections)")
+    print(f"{'front':>12} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx':>8}")
+    for pair, (lv, hp, ng) in PAIRS.items():
+        if hp not in med:
+            continue
+        base = med[hp]
+        print(f"-- {pair}")
+        for k in ([] if pair != "logs off" else ["direct"]) + [lv, hp, ng]:
+            if k not in med:
+                continue
+            v = med[k]
+            print(f"{k:>12} {v['rps']:10.0f} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['rps'] / base['rps']:17.3f} "
+                  f"{v['p99_ms'] / base['p99_ms']:15.3f} {v['non2xx']:8d}")
+    if "levee" in med and "levee-shed" in med:
+        lv, shed = med["levee"]["rps"], med["levee-shed"]["rps"]
+        print(f"levee-shed answers every request itself (503 executor_overload): {shed:.0f} rejections/s against "
+              f"{lv:.0f} proxied/s on the same core: a rejection costs at most {lv / shed:.2f}x a proxied request "
+              f"(at most: wrk, on the other core, may be what limits the rejection rate)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"medians": med, "runs": results, "machine": machine(), "args": vars(args)}, f, indent=1)
