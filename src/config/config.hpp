@@ -119,7 +119,12 @@ struct ListenerConfig {
   double accept_rate = 0;                         ///< connections/s, 0: unlimited
   Duration header_timeout = 10s;
   Duration idle_timeout = 60s;
-  Duration body_timeout = 30s;  ///< max gap between body bytes from the client
+  Duration body_timeout = 30s;  ///< max gap between body bytes from the client, or writes to it
+  /// The slowest a client may send its body or read its answer, after
+  /// min_rate_grace: a client slower than this (one byte a second, or none)
+  /// is cut off. 0 disables.
+  std::uint32_t min_rate = 1024;  ///< bytes per second
+  Duration min_rate_grace = 10s;
   std::uint32_t max_header_bytes = 64 * 1024;
   std::uint32_t max_request_line = 8 * 1024;
   std::uint32_t max_headers = 100;

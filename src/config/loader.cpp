@@ -486,6 +486,9 @@ void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, Liste
                 std::chrono::milliseconds(1), std::chrono::hours(24));
   read_duration(ctx, m.take("body_timeout"), m.sub("body_timeout"), l.body_timeout,
                 std::chrono::milliseconds(1), std::chrono::hours(24));
+  read_uint(ctx, m.take("min_rate"), m.sub("min_rate"), l.min_rate, 0, 1u << 30);
+  read_duration(ctx, m.take("min_rate_grace"), m.sub("min_rate_grace"), l.min_rate_grace, Duration::zero(),
+                std::chrono::hours(1));
   read_uint(ctx, m.take("max_header_bytes"), m.sub("max_header_bytes"), l.max_header_bytes, 1024, 1u << 20);
   read_uint(ctx, m.take("max_request_line"), m.sub("max_request_line"), l.max_request_line, 64, 1u << 20);
   read_uint(ctx, m.take("max_headers"), m.sub("max_headers"), l.max_headers, 8, 1000);

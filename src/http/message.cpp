@@ -35,4 +35,38 @@ std::string_view Head::store(std::string_view s) {
   return {at, s.size()};
 }
 
+bool valid_authority(std::string_view a) noexcept {
+  std::string_view host = a;
+  std::string_view port;
+  if (!a.empty() && a.front() == '[') {
+    const auto close = a.find(']');
+    if (close == std::string_view::npos) return false;
+    for (char c : a.substr(1, close - 1)) {
+      const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
+      if (!ok) return false;
+    }
+    if (close + 1 < a.size()) {
+      if (a[close + 1] != ':') return false;
+      port = a.substr(close + 2);
+    }
+    host = {};
+  } else if (auto colon = a.rfind(':'); colon != std::string_view::npos) {
+    host = a.substr(0, colon);
+    port = a.substr(colon + 1);
+  }
+  for (char c : host) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                            c == '.' || c == '_' || c == '~';
+    const bool sub_delim = c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' || c == '*' ||
+                           c == '+' || c == ',' || c == ';' || c == '=' || c == '%';
+    if (!unreserved && !sub_delim) return false;
+    (void)u;
+  }
+  if (port.size() > 5) return false;
+  for (char c : port)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
 }  // namespace levee::http

@@ -63,14 +63,16 @@ class Head {
 struct RequestInfo {
   Verb method = Verb::unknown;
   std::string_view method_str;
-  std::string_view target;  ///< origin-form path and query (":path")
-  int version = 11;         ///< 10, 11; 20 for HTTP/2
+  std::string_view target;     ///< origin-form path and query (":path"), or "*"
+  std::string_view authority;  ///< from an absolute-form target; it overrides Host
+  int version = 11;            ///< 10, 11; 20 for HTTP/2
   int host = -1;            ///< field indexes, -1 when absent
   int request_id = -1;
   int xff = -1;
   int via = -1;
   bool expect_continue = false;
   bool bad_expect = false;
+  bool unsupported_coding = false;  ///< a transfer coding other than chunked (501)
   bool too_many_fields = false;
   bool connection_close = false;        ///< Connection: close seen
   std::uint32_t connection_tokens = 0;  ///< extra tokens in Connection (fields to strip)
@@ -79,12 +81,23 @@ struct RequestInfo {
 /// What the request path needs to know about a response.
 struct ResponseInfo {
   int status = 0;
+  bool content_length = false;  ///< a Content-Length field was seen
   int version = 11;
   std::string_view reason;
   int load_report = -1;
   bool no_retry = false;  ///< x-levee-no-retry, x-envoy-overloaded, negative grpc-retry-pushback-ms
   bool too_many_fields = false;
 };
+
+/// The authority a request is for: an absolute-form target's, else Host's.
+inline std::string_view authority(const Head& h, const RequestInfo& r) noexcept {
+  return !r.authority.empty() ? r.authority : h.value(r.host);
+}
+
+/// Whether a Host value (or an absolute-form authority) is well formed:
+/// a reg-name, an IPv4 address or a bracketed IPv6 literal, with an
+/// optional port (RFC 9110 4.2.3 / RFC 3986 3.2.2). Empty is allowed.
+bool valid_authority(std::string_view a) noexcept;
 
 /// Whether a method may be repeated without changing its effect (RFC 9110 9.2.2).
 constexpr bool idempotent(Verb m) noexcept {

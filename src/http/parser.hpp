@@ -8,6 +8,7 @@
 #pragma once
 
 #include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/error.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -46,6 +47,11 @@ class BodySink {
   std::size_t used_ = 0;
 };
 
+/// Bounds of what a body's framing may carry.
+inline constexpr std::size_t kMaxChunkExtension = 4096;
+inline constexpr std::size_t kMaxTrailerFields = 64;
+inline constexpr std::size_t kMaxTrailerBytes = 16 * 1024;
+
 /// What both parsers share: fields go into a Head (trailers are dropped),
 /// body data streams into a fixed sink, and each stored field is handed to
 /// Derived::on_stored(id, name, value, index, ec) to pick out what it notes.
@@ -66,7 +72,12 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
  private:
   void on_field_impl(FieldId id, boost::beast::string_view name_sv, boost::beast::string_view value_sv,
                      error_code& ec) override {
-    if (header_done_) return;  // trailers are not forwarded
+    if (header_done_) {
+      // Trailers are not forwarded, but they are bounded like a head.
+      trailer_bytes_ += name_sv.size() + value_sv.size() + 4;
+      if (++trailer_fields_ > kMaxTrailerFields || trailer_bytes_ > kMaxTrailerBytes) ec = beast_http::error::header_limit;
+      return;
+    }
     std::string_view name{name_sv.data(), name_sv.size()};
     std::string_view value{value_sv.data(), value_sv.size()};
     if (!head_.add(id, name, value)) {
@@ -83,7 +94,11 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
     if (n < body.size()) ec = beast_http::error::need_buffer;  // the sink is full: flush, then resume
     return n;
   }
-  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view, error_code&) override {}
+  void on_chunk_header_impl(std::uint64_t, boost::beast::string_view ext, error_code& ec) override {
+    // Extensions carry nothing levee uses; a long one is only a way to make
+    // the peer buffer and rescan.
+    if (ext.size() > kMaxChunkExtension) ec = beast_http::error::bad_chunk_extension;
+  }
   std::size_t on_chunk_body_impl(std::uint64_t, boost::beast::string_view body, error_code& ec) override {
     return on_body_impl(body, ec);
   }
@@ -92,6 +107,8 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
   BodySink& sink_;
   bool& too_many_fields_;
   bool header_done_ = false;
+  std::size_t trailer_fields_ = 0;
+  std::size_t trailer_bytes_ = 0;
 };
 
 class RequestParser : public StreamingParser<true, RequestParser> {
@@ -108,6 +125,7 @@ class RequestParser : public StreamingParser<true, RequestParser> {
 
   RequestInfo& info_;
   std::string_view request_id_;
+  bool seen_length_ = false;
 };
 
 /// The response fields levee reads (configurable names).

@@ -18,15 +18,18 @@ void write_upstream_head(std::string& out, const UpstreamHead& u) {
   out.push_back(' ');
   out.append(info.target);
   out.append(" HTTP/1.1\r\n");
+  const bool absolute = !info.authority.empty();
   for (const auto& f : fields) {
     if (is_hop_by_hop(f) || f.id == FieldId::expect || f.id == FieldId::via) continue;
+    if (absolute && f.id == FieldId::host) continue;  // the target's authority wins
     if (iequals(f.name, "x-forwarded-for") || iequals(f.name, "x-forwarded-proto")) continue;
     if (iequals(f.name, u.names.timeout_ms) || iequals(f.name, u.names.attempt) || iequals(f.name, "grpc-timeout"))
       continue;
     if (info.connection_tokens > 0 && named_in_connection(fields, f.name)) continue;
     append_field(out, f.name, f.value);
   }
-  if (info.host < 0 && !u.default_host.empty()) append_field(out, "host", u.default_host);
+  if (absolute) append_field(out, "host", info.authority);
+  else if (info.host < 0 && !u.default_host.empty()) append_field(out, "host", u.default_host);
   // Via and X-Forwarded-For append to what came in.
   out.append("via: ");
   if (info.via >= 0) {

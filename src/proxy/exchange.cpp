@@ -32,6 +32,7 @@ struct Exchange::Attempt {
   UpstreamError error = UpstreamError::Reset;
   std::optional<BodyRead> client;  ///< the client failed while its body was relayed
   bool overloaded = false;         ///< 429/503 or an overload marker
+  bool head_read = false;          ///< the response head arrived (early, while the request was sent)
   core::LoadReport load;
   bool load_ok = false;
 };
@@ -76,6 +77,7 @@ void Exchange::start_client_watch() { d_.watch(*this); }
 awaitable<bool> Exchange::reject(const core::Decision& d) {
   auto& m = *rt_.metrics;
   permit_.reset();
+  b_.watchdog.disarm();  // a local answer has its own time to be written
   rec_.reason = d.reason;
   rec_.status = d.status;
   rec_.rejected = true;
@@ -89,6 +91,7 @@ awaitable<bool> Exchange::reject(const core::Decision& d) {
 awaitable<bool> Exchange::fail(Reason r, std::string_view detail) {
   auto& m = *rt_.metrics;
   permit_.reset();
+  b_.watchdog.disarm();  // a local answer has its own time to be written
   rec_.reason = r;
   rec_.status = core::info(r).status;
   m.local_replies.inc(w_.index, m.local_replies.index({l_.index, static_cast<std::size_t>(r)}));
@@ -108,7 +111,7 @@ awaitable<bool> Exchange::refuse(Reason r, std::string_view detail) { co_return 
 
 awaitable<bool> Exchange::run() {
   const auto& info = b_.req;
-  cls_ = l_.classifier.classify(b_.req_head.value(info.host), info.target, b_.req_head.fields(),
+  cls_ = l_.classifier.classify(http::authority(b_.req_head, info), info.target, b_.req_head.fields(),
                                 d_.peer().address, rec_.start);
   rec_.criticality = cls_.criticality;
   rec_.tenant = cls_.tenant;
@@ -135,6 +138,20 @@ awaitable<bool> Exchange::run() {
       b_.request_id[16 + i] = hex[(b >> (i * 4)) & 0xf];
     }
     rec_.request_id = std::string_view(b_.request_id, 32);
+  }
+  // A small body is read whole before admission, so a client trickling it
+  // in holds no permit meanwhile (a larger one streams once admitted, at
+  // the listener's minimum rate). A client waiting for "100 Continue" sends
+  // nothing before it is admitted.
+  if (d_.has_body() && !d_.body_done() && !info.expect_continue) {
+    arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Body);
+    while (!d_.body_done() && !b_.req_body.full()) {
+      const BodyRead r = co_await d_.read_body();
+      if (r == BodyRead::Timeout) co_return co_await fail(now() >= cls_.deadline ? Reason::Deadline : Reason::RequestTimeout);
+      if (r == BodyRead::Malformed) co_return co_await fail(Reason::BadRequest);
+      if (r == BodyRead::Gone) co_return co_await client_gone();
+    }
+    b_.watchdog.disarm();
   }
   if (!co_await admit()) co_return answered_keep_;
   co_return co_await forward();
@@ -377,7 +394,26 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   }
   ++up_->uses;
   if (!co_await send_request(a)) co_return;
+  if (!a.head_read) co_await read_response_head(a);
+}
+
+awaitable<bool> Exchange::early_answer(Attempt& a) {
+  // The backend stopped reading the request and closed: it may have
+  // answered first (a 413 before the body, say), and its answer is worth
+  // more to the client than a 502. It is already in the socket, if at all.
+  if (!a.sent || b_.watchdog.expired()) co_return false;
+  const auto failure = a.failure;
+  const auto error = a.error;
+  a.failed = false;
+  arm(std::min(cls_.deadline, now() + std::chrono::milliseconds(200)), Watchdog::Phase::Upstream);
   co_await read_response_head(a);
+  if (a.failed) {
+    a.failure = failure;
+    a.error = error;
+    co_return false;
+  }
+  a.head_read = true;
+  co_return true;
 }
 
 awaitable<bool> Exchange::send_request(Attempt& a) {
@@ -432,7 +468,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
       a.failure = a.reused && !a.sent ? core::AttemptFailure::Stale : core::AttemptFailure::Reset;
       a.error = b_.watchdog.expired() ? UpstreamError::Timeout : UpstreamError::Reset;
       if (b_.watchdog.expired()) a.failure = core::AttemptFailure::Timeout;
-      co_return false;
+      co_return co_await early_answer(a);
     }
   }
   if (d_.body_done()) co_return true;
@@ -461,7 +497,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
         a.failed = true;
         a.failure = b_.watchdog.expired() ? core::AttemptFailure::Timeout : core::AttemptFailure::Reset;
         a.error = b_.watchdog.expired() ? UpstreamError::Timeout : UpstreamError::Reset;
-        co_return false;
+        co_return co_await early_answer(a);
       }
     }
     if (done) co_return true;
@@ -521,9 +557,17 @@ awaitable<void> Exchange::read_response_head(Attempt& a) {
       up_->buf.commit(n);
     }
     if (a.failed) break;
-    // 1xx (other than 101) are informational: skip them, the final answer follows.
+    // 1xx (other than 101) are informational: skip them, the final answer
+    // follows. A 101 answers an upgrade nobody asked for (levee forwards
+    // none): the connection now speaks something else.
     const int status = b_.resp.status;
-    if (status >= 100 && status < 200 && status != 101) continue;
+    if (status == 101) {
+      a.failed = true;
+      a.failure = core::AttemptFailure::Reset;
+      a.error = UpstreamError::Protocol;
+      break;
+    }
+    if (status >= 100 && status < 200) continue;
     break;
   }
   unlink();  // out of the worker's list of upstream waits
@@ -582,6 +626,9 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
   if (rp.is_done()) settle(a.head_at, true);
 
   bool last_sent = rp.is_done();
+  // Writing the answer counts against the request's deadline too (the
+  // connection adds its own gap and minimum-rate limits).
+  arm(cls_.deadline, Watchdog::Phase::Write);
   bool client_ok = co_await d_.send_response(start, sink.data(), last_sent);
   sink.clear();
   bool upstream_ok = true;
@@ -598,6 +645,7 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
       if (sink.size() > 0) {
         if (rp.is_done()) settle(now(), true);
         last_sent = rp.is_done();
+        arm(cls_.deadline, Watchdog::Phase::Write);
         client_ok = co_await d_.send_body(sink.data(), last_sent);
         sink.clear();
         continue;
@@ -625,7 +673,10 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
   }
   const bool complete = upstream_ok && rp.is_done();
   if (complete) settle(now(), true);
-  if (client_ok && complete && !last_sent) client_ok = co_await d_.send_body({}, true);
+  if (client_ok && complete && !last_sent) {
+    arm(cls_.deadline, Watchdog::Phase::Write);
+    client_ok = co_await d_.send_body({}, true);
+  }
   if (!upstream_ok) {
     auto& m = *rt_.metrics;
     const bool timeout = b_.watchdog.expired();

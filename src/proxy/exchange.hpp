@@ -69,6 +69,7 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   awaitable<void> try_endpoint(Attempt& a);
   awaitable<bool> send_request(Attempt& a);
   awaitable<void> read_response_head(Attempt& a);
+  awaitable<bool> early_answer(Attempt& a);
   awaitable<bool> relay_response(Attempt& a);
 
   awaitable<bool> reject(const core::Decision& d);

@@ -168,6 +168,10 @@ awaitable<bool> Http1Connection::serve() {
   head_ = false;
   chunked_out_ = false;
   close_after_ = false;
+  body_start_ = now();
+  body_bytes_ = 0;
+  answer_start_ = core::TimePoint::max();
+  answer_bytes_ = 0;
 
   Reason why = Reason::None;
   const HeadResult head = co_await read_head(why);
@@ -179,6 +183,10 @@ awaitable<bool> Http1Connection::serve() {
     co_return false;
   }
   b_->watchdog.disarm();
+  body_start_ = now();
+  body_bytes_ = 0;
+  answer_start_ = core::TimePoint::max();
+  answer_bytes_ = 0;
   const auto& info = b_->req;
   const auto& p = *b_->req_parser;
   keep_alive_ = p.keep_alive();
@@ -192,6 +200,11 @@ awaitable<bool> Http1Connection::serve() {
   if (p.upgrade() || info.method == http::Verb::connect) {
     close_after_ = true;
     co_await ex.refuse(Reason::NotImplemented, "upgrades and CONNECT are not supported");
+    co_return false;
+  }
+  if (info.unsupported_coding) {
+    close_after_ = true;
+    co_await ex.refuse(Reason::NotImplemented, "transfer codings other than chunked are not supported");
     co_return false;
   }
   if (info.bad_expect) {
@@ -276,6 +289,12 @@ std::optional<std::uint64_t> Http1Connection::body_length() const noexcept {
 
 bool Http1Connection::body_done() const noexcept { return b_->req_parser->is_done(); }
 
+core::TimePoint Http1Connection::rate_deadline(core::TimePoint start, std::uint64_t bytes) const noexcept {
+  if (l_.cfg.min_rate == 0) return core::TimePoint::max();
+  return start + l_.cfg.min_rate_grace +
+         core::from_seconds(static_cast<double>(bytes) / static_cast<double>(l_.cfg.min_rate));
+}
+
 awaitable<BodyRead> Http1Connection::read_body() {
   auto& p = *b_->req_parser;
   auto& sink = b_->req_body;
@@ -295,19 +314,30 @@ awaitable<BodyRead> Http1Connection::read_body() {
     // A framing element (a chunk header with its extensions, a trailer)
     // larger than the buffer: no progress is possible.
     if (buf.size() == 0) co_return BodyRead::Malformed;
+    // The next byte is due by the minimum rate (on top of the gap the
+    // exchange allows, and its deadline).
+    b_->watchdog.arm_at_most(rate_deadline(body_start_, body_bytes_ + 1), Watchdog::Phase::Body, *this);
     auto [ec, n] = co_await sock_.async_read_some(buf, nothrow);
     if (ec) co_return b_->watchdog.expired() ? BodyRead::Timeout : BodyRead::Gone;
     in_->commit(n);
     rx_ += n;
+    body_bytes_ += n;
   }
 }
 
 // --- the answer ------------------------------------------------------------------
 
 awaitable<bool> Http1Connection::write(const http::Buffers& bufs) {
-  b_->watchdog.arm(now() + l_.cfg.body_timeout, Watchdog::Phase::Write, *this);
+  // Within the gap the listener allows, the minimum rate since the answer
+  // began, and whatever the exchange armed (its deadline).
+  const auto t = now();
+  if (answer_start_ == core::TimePoint::max()) answer_start_ = t;
+  const std::size_t size = asio::buffer_size(bufs);
+  b_->watchdog.arm_at_most(std::min(t + l_.cfg.body_timeout, rate_deadline(answer_start_, answer_bytes_ + size)),
+                           Watchdog::Phase::Write, *this);
   auto [ec, n] = co_await write_all(sock_, bufs);
   tx_ += n;
+  answer_bytes_ += n;
   co_return !ec;
 }
 

@@ -63,6 +63,8 @@ class Http1Connection final : public Downstream,
   awaitable<void> lingering_close();
   void watch_for_close(std::uint64_t gen);
   void format_client();
+  /// When `bytes` more must have moved, at the listener's minimum rate.
+  core::TimePoint rate_deadline(core::TimePoint start, std::uint64_t bytes) const noexcept;
   void on_deadline(Watchdog::Phase p) noexcept override;
 
   Worker& w_;
@@ -75,6 +77,12 @@ class Http1Connection final : public Downstream,
   std::uint64_t watch_gen_ = 0;
   std::uint64_t rx_ = 0;
   std::uint64_t tx_ = 0;
+  // The minimum data rate, per request and direction: the n-th byte must
+  // have moved by start + grace + n / min_rate.
+  core::TimePoint body_start_{};
+  std::uint64_t body_bytes_ = 0;
+  core::TimePoint answer_start_ = core::TimePoint::max();
+  std::uint64_t answer_bytes_ = 0;
   // The request in progress.
   bool keep_alive_ = true;
   bool head_ = false;         ///< a HEAD request: no body goes back

@@ -31,6 +31,12 @@ class Watchdog {
   explicit Watchdog(asio::io_context& ctx) : timer_(ctx.get_executor()) {}
 
   void arm(core::TimePoint deadline, Phase p, Target& t);
+  /// Arms deadline d unless an earlier one is already armed (which keeps
+  /// its phase and target); arms d with p and t when nothing is armed.
+  void arm_at_most(core::TimePoint d, Phase p, Target& t) {
+    if (deadline_ == core::TimePoint::max() || target_ == nullptr) arm(d, p, t);
+    else if (d < deadline_) arm(d, phase_, *target_);
+  }
   void disarm() noexcept {
     deadline_ = core::TimePoint::max();
     phase_ = Phase::None;
