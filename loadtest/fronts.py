@@ -34,7 +34,7 @@ def levee_config(port, admin_port, backends, workers, front, scenario):
     cfg = {"admin": {"address": "127.0.0.1", "port": admin_port},
            "workers": 1,
            "access_log": {"enabled": False},
-           "self_protection": {"enabled": front != "levee-nogates"},
+           "self_protection": dict({"enabled": front != "levee-nogates"}, **s.get("self_protection", {})),
            "listeners": [{"name": "bench", "address": "127.0.0.1", "port": port,
                           "max_connections": 100000,
                           "routes": [{"cluster": "app", "timeout": s.get("route_timeout", "5s")}]}],

@@ -89,7 +89,10 @@ class Procs:
                 p.send_signal(signal.SIGKILL)
                 p.wait()
         self.items = []
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if os.environ.get("LEVEE_BENCH_KEEP"):
+            print(f"kept {self.dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def start_backend(procs, port, b, index, cold=False):

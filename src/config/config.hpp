@@ -219,6 +219,9 @@ struct AdminConfig {
   std::uint16_t port = 9901;
   /// /ready needs at least one healthy endpoint in every cluster.
   bool ready_requires_endpoints = true;
+  Duration header_timeout = 10s;  ///< a connection's first request must arrive within this
+  Duration idle_timeout = 60s;    ///< a kept-alive admin connection may idle this long
+  std::uint32_t max_connections = 64;
 };
 
 struct Config {

@@ -767,6 +767,11 @@ LoadResult load_node(Ctx& ctx, const YAML::Node& root) {
     read(ctx, am.take("address"), am.sub("address"), cfg.admin.address);
     read_uint(ctx, am.take("port"), am.sub("port"), cfg.admin.port, 1, 65535);
     read_bool(ctx, am.take("ready_requires_endpoints"), am.sub("ready_requires_endpoints"), cfg.admin.ready_requires_endpoints);
+    read_duration(ctx, am.take("header_timeout"), am.sub("header_timeout"), cfg.admin.header_timeout,
+                  std::chrono::milliseconds(1), std::chrono::hours(1));
+    read_duration(ctx, am.take("idle_timeout"), am.sub("idle_timeout"), cfg.admin.idle_timeout,
+                  std::chrono::milliseconds(1), std::chrono::hours(24));
+    read_uint(ctx, am.take("max_connections"), am.sub("max_connections"), cfg.admin.max_connections, 1, 100000);
   }
   if (auto w = m.take("workers"); w.IsDefined()) {
     if (w.IsScalar() && w.Scalar() == "auto") cfg.workers = 0;

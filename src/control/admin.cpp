@@ -51,7 +51,7 @@ asio::awaitable<void> AdminServer::accept() {
       if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
       continue;
     }
-    if (connections_->load() >= kMaxConnections) {
+    if (connections_->load() >= cfg_.max_connections) {
       boost::system::error_code ig;
       sock.close(ig);
       continue;
@@ -75,7 +75,8 @@ asio::awaitable<void> AdminServer::session(tcp::socket sock) {
     parser.body_limit(64 * 1024);
     // The first request must arrive within the header timeout; a kept-alive
     // connection may idle for the idle timeout before its next one.
-    stream.expires_after(first ? std::chrono::seconds(10) : std::chrono::seconds(60));
+    stream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        first ? cfg_.header_timeout : cfg_.idle_timeout));
     auto [ec, n] = co_await bh::async_read(stream, buf, parser, nothrow);
     if (ec) co_return;
     const auto& req = parser.get();
@@ -111,7 +112,7 @@ asio::awaitable<void> AdminServer::session(tcp::socket sock) {
     r.body = body;
     std::string out;
     http::write_http1(out, r);
-    stream.expires_after(std::chrono::seconds(10));
+    stream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.header_timeout));
     auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(out), nothrow);
     if (wec || r.close) co_return;
   }

@@ -35,8 +35,6 @@ class AdminServer {
   /// Stops accepting (drain, shutdown).
   void close();
 
-  static constexpr std::size_t kMaxConnections = 64;
-
  private:
   boost::asio::awaitable<void> accept();
   boost::asio::awaitable<void> session(boost::asio::ip::tcp::socket s);

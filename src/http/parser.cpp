@@ -47,6 +47,8 @@ void RequestParser::on_request_impl(Verb method, boost::beast::string_view metho
     info_.target = head_.store(t);
   } else if (t == "*" && method == Verb::options) {
     info_.target = head_.store(t);
+  } else if (method == Verb::connect) {
+    info_.target = head_.store(t);  // authority-form: answered 501
   } else {
     std::string_view rest;
     if (t.size() > 7 && iequals(t.substr(0, 7), "http://")) rest = t.substr(7);

@@ -72,6 +72,24 @@ void Exchange::on_client_gone() noexcept {
 
 void Exchange::start_client_watch() { d_.watch(*this); }
 
+void Exchange::watch_upstream() {
+  b_.upstream_spoke = false;
+  b_.up_watch_target = &d_;
+  ExchangeBuffers* b = &b_;
+  up_->sock.async_wait(tcp::socket::wait_read, [b, gen = ++b_.up_watch_gen](error_code ec) {
+    if (ec || gen != b->up_watch_gen || b->up_watch_target == nullptr) return;
+    b->upstream_spoke = true;
+    b->up_watch_target->cancel_io();  // stop waiting for the client's body
+  });
+}
+
+void Exchange::unwatch_upstream() {
+  b_.up_watch_target = nullptr;
+  ++b_.up_watch_gen;
+  error_code ec;
+  up_->sock.cancel(ec);  // the pending wait, if it has not fired
+}
+
 // --- answers levee makes itself ----------------------------------------------
 
 awaitable<bool> Exchange::reject(const core::Decision& d) {
@@ -474,12 +492,23 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
   if (d_.body_done()) co_return true;
 
   // The rest of the body, streamed through the fixed sink: from here on it
-  // cannot be replayed.
+  // cannot be replayed. While levee waits for more of it, the upstream is
+  // watched: a backend that answers early (a 413) and stops reading must
+  // not wait for a body the client may never finish.
   a.body_streamed = true;
   sink.clear();
   for (;;) {
     arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Body);
+    watch_upstream();
     const BodyRead r = co_await d_.read_body();
+    const bool spoke = b_.upstream_spoke;
+    unwatch_upstream();
+    if (spoke) {
+      a.failed = true;
+      a.failure = core::AttemptFailure::Reset;
+      a.error = UpstreamError::Reset;
+      co_return co_await early_answer(a);
+    }
     if (r != BodyRead::Data) {
       a.client = r;
       co_return false;

@@ -70,6 +70,8 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   awaitable<bool> send_request(Attempt& a);
   awaitable<void> read_response_head(Attempt& a);
   awaitable<bool> early_answer(Attempt& a);
+  void watch_upstream();
+  void unwatch_upstream();
   awaitable<bool> relay_response(Attempt& a);
 
   awaitable<bool> reject(const core::Decision& d);

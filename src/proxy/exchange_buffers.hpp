@@ -14,6 +14,8 @@
 
 namespace levee::proxy {
 
+class Downstream;
+
 struct ExchangeBuffers {
   ExchangeBuffers(asio::io_context& ctx, std::size_t max_fields)
       : req_head(max_fields),
@@ -36,6 +38,12 @@ struct ExchangeBuffers {
   std::optional<http::ResponseParser> resp_parser;  ///< HTTP/1.1 upstream
   Watchdog watchdog;
   Timer wait_timer;  ///< admission waits and retry backoff
+  // While a request body streams: whether the upstream spoke (an early
+  // answer, or its close). Here, not in the exchange, because the wait's
+  // handler may run after the exchange is gone; these outlive it.
+  std::uint64_t up_watch_gen = 0;
+  Downstream* up_watch_target = nullptr;
+  bool upstream_spoke = false;
   char request_id[32];
   char client[64];  ///< "ip:port" of the client, for logs
   std::size_t client_len = 0;
@@ -56,6 +64,9 @@ struct ExchangeBuffers {
     req_parser.reset();
     resp_parser.reset();
     watchdog.reset();
+    ++up_watch_gen;
+    up_watch_target = nullptr;
+    upstream_spoke = false;
     client_len = ip_len = ip_off = 0;
   }
 };

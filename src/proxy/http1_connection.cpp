@@ -170,8 +170,6 @@ awaitable<bool> Http1Connection::serve() {
   close_after_ = false;
   body_start_ = now();
   body_bytes_ = 0;
-  answer_start_ = core::TimePoint::max();
-  answer_bytes_ = 0;
 
   Reason why = Reason::None;
   const HeadResult head = co_await read_head(why);
@@ -185,8 +183,6 @@ awaitable<bool> Http1Connection::serve() {
   b_->watchdog.disarm();
   body_start_ = now();
   body_bytes_ = 0;
-  answer_start_ = core::TimePoint::max();
-  answer_bytes_ = 0;
   const auto& info = b_->req;
   const auto& p = *b_->req_parser;
   keep_alive_ = p.keep_alive();
@@ -296,20 +292,24 @@ core::TimePoint Http1Connection::rate_deadline(core::TimePoint start, std::uint6
 }
 
 awaitable<BodyRead> Http1Connection::read_body() {
+  // Data means progress: new bytes in the sink (or the body's end, or a
+  // full sink for the caller to flush). Parsing that moves nothing reads
+  // the socket, so no path loops without making progress.
   auto& p = *b_->req_parser;
   auto& sink = b_->req_body;
+  const std::size_t before = sink.size();
   for (;;) {
-    if (!in_->empty() && !p.is_done() && !sink.full()) {
+    if (p.is_done() || sink.full()) co_return BodyRead::Data;
+    if (!in_->empty()) {
       error_code ec;
       const std::size_t n = p.put(in_->cbuf(), ec);
       in_->consume(n);
-      const bool more = ec == beast_http::error::need_more;  // e.g. half a chunk header
+      const bool more = ec == beast_http::error::need_more || (n == 0 && !ec);  // e.g. half a chunk header
       if (ec && !more && ec != beast_http::error::need_buffer) co_return BodyRead::Malformed;
-      if (sink.size() > 0 && (sink.full() || p.is_done() || in_->empty() || more)) co_return BodyRead::Data;
-      if (p.is_done()) co_return BodyRead::Data;
-      if (n > 0 && !more && !in_->empty()) continue;  // progress was made: parse on
+      if (p.is_done() || sink.full()) co_return BodyRead::Data;
+      if (!more && !in_->empty()) continue;  // progress was made: parse on
+      if (sink.size() > before) co_return BodyRead::Data;
     }
-    if (p.is_done() || sink.full()) co_return BodyRead::Data;
     auto buf = in_->prepare();
     // A framing element (a chunk header with its extensions, a trailer)
     // larger than the buffer: no progress is possible.
@@ -328,16 +328,15 @@ awaitable<BodyRead> Http1Connection::read_body() {
 // --- the answer ------------------------------------------------------------------
 
 awaitable<bool> Http1Connection::write(const http::Buffers& bufs) {
-  // Within the gap the listener allows, the minimum rate since the answer
-  // began, and whatever the exchange armed (its deadline).
+  // Within the gap the listener allows, the minimum rate for this write
+  // (what the kernel already took does not count as the client reading:
+  // each write must drain at the rate), and whatever the exchange armed
+  // (its deadline).
   const auto t = now();
-  if (answer_start_ == core::TimePoint::max()) answer_start_ = t;
   const std::size_t size = asio::buffer_size(bufs);
-  b_->watchdog.arm_at_most(std::min(t + l_.cfg.body_timeout, rate_deadline(answer_start_, answer_bytes_ + size)),
-                           Watchdog::Phase::Write, *this);
+  b_->watchdog.arm_at_most(std::min(t + l_.cfg.body_timeout, rate_deadline(t, size)), Watchdog::Phase::Write, *this);
   auto [ec, n] = co_await write_all(sock_, bufs);
   tx_ += n;
-  answer_bytes_ += n;
   co_return !ec;
 }
 

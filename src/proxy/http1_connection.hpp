@@ -77,12 +77,11 @@ class Http1Connection final : public Downstream,
   std::uint64_t watch_gen_ = 0;
   std::uint64_t rx_ = 0;
   std::uint64_t tx_ = 0;
-  // The minimum data rate, per request and direction: the n-th byte must
-  // have moved by start + grace + n / min_rate.
+  // The minimum data rate of an upload: its n-th byte must have arrived by
+  // start + grace + n / min_rate. (A download's rate is checked per write.)
   core::TimePoint body_start_{};
   std::uint64_t body_bytes_ = 0;
-  core::TimePoint answer_start_ = core::TimePoint::max();
-  std::uint64_t answer_bytes_ = 0;
+
   // The request in progress.
   bool keep_alive_ = true;
   bool head_ = false;         ///< a HEAD request: no body goes back

@@ -147,7 +147,11 @@ class Levee:
                "access_log": {"enabled": True, "path": "stdout", "reject_sample": 1.0},
                "listeners": [lst] + (listeners or []),
                "clusters": clusters}
-        cfg.update(extra or {})
+        for k, v in (extra or {}).items():
+            if k == "admin":
+                cfg["admin"].update(v)  # keep the ports the harness chose
+            else:
+                cfg[k] = v
         self.cfg = cfg
         fd, self.config_path = tempfile.mkstemp(prefix="levee-test-", suffix=".yaml")
         with os.fdopen(fd, "w") as f:
