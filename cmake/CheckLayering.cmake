@@ -3,7 +3,9 @@ cmake_minimum_required(VERSION 3.25)
 #   src/core    : the C++ standard library and core/ only
 #   src/config  : + yaml-cpp
 #   src/metrics : + prometheus-cpp
-#   src/proxy, src/quota, main : anything
+#   src/quota   : + hiredis, OpenSSL, spdlog, POSIX sockets; not Boost, not src/proxy
+#                 (the proxy wires it with two hooks)
+#   src/proxy, main : anything
 # Run as: cmake -DSRC=<path to src> -P CheckLayering.cmake
 set(_std_headers
   algorithm any array atomic bit bitset cassert cctype cerrno cfloat charconv chrono cinttypes
@@ -57,3 +59,4 @@ foreach(f IN LISTS _core_files)
 endforeach()
 levee_check(config "core/;config/;yaml-cpp/")
 levee_check(metrics "core/;metrics/;prometheus/")
+levee_check(quota "core/;config/;metrics/;quota/;hiredis/;openssl/;spdlog/;prometheus/;arpa/;netinet/;sys/;fcntl.h;netdb.h;poll.h;pthread.h;unistd.h")

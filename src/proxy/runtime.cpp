@@ -333,6 +333,16 @@ void Cluster::refresh_weights(TimePoint t) {
   if (changed) weights_version.fetch_add(1, std::memory_order_release);
 }
 
+void Cluster::take_quota_usage(std::vector<core::TenantQuota::PerCriticality>& out) {
+  std::lock_guard lk(mu_);
+  quota_.take_recorded(out);
+}
+
+void Cluster::set_fleet_view(core::TenantQuota::FleetView& v) {
+  std::lock_guard lk(mu_);
+  quota_.set_fleet_view(v);
+}
+
 std::size_t Cluster::healthy_endpoints() const {
   std::size_t n = 0;
   for (auto& ep : endpoints) n += ep->healthy.load() && !ep->ejected.load();

@@ -185,6 +185,13 @@ class Cluster final : public core::PermitOwner {
 
   std::size_t healthy_endpoints() const;
 
+  // Fleet quotas (issue 16): the quota sync's two entry points, each a
+  // short critical section on the sync's own thread.
+  /// Adds the tenant cost recorded since the last call to out[tenant][criticality].
+  void take_quota_usage(std::vector<core::TenantQuota::PerCriticality>& out);
+  /// Installs the fleet's view in the quota gate; v gets the previous one.
+  void set_fleet_view(core::TenantQuota::FleetView& v);
+
  private:
   bool overloaded_locked(TimePoint now);
   void post_wakes();

@@ -65,6 +65,14 @@ Server::Server(std::shared_ptr<const config::Config> cfg)
   rt_ = std::make_shared<Runtime>(cfg_, n);
   log_ = std::make_unique<AccessLog>(cfg_->access_log);
   for (std::size_t i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*this, i, rt_));
+  if (cfg_->quota_sync.enabled) {
+    core::FleetLayout layout{{}, rt_->tenant_names};
+    for (auto& c : rt_->clusters) layout.clusters.push_back(c->cfg.name);
+    fleet_ = std::make_unique<quota::FleetSync>(
+        cfg_->quota_sync, cfg_->tenants.window, std::move(layout),
+        quota::FleetSync::Hooks{[rt = rt_](std::size_t c, auto& out) { rt->clusters[c]->take_quota_usage(out); },
+                                [rt = rt_](std::size_t c, auto& v) { rt->clusters[c]->set_fleet_view(v); }});
+  }
   build_registry();
 }
 
@@ -74,6 +82,7 @@ Server::~Server() {
 }
 
 void Server::start() {
+  if (fleet_) fleet_->start();  // the first sync goes out at once
   resolve_all(true);
   for (auto& w : workers_) w->open_listeners();
   tcp::endpoint aep(asio::ip::make_address(cfg_->admin.address), cfg_->admin.port);
@@ -120,6 +129,7 @@ int Server::run() {
   admin_ctx_.run();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
+  if (fleet_) fleet_->stop();  // pushes the last usage and leaves the fleet
   log_->flush();
   return exit_code_;
 }
@@ -271,6 +281,7 @@ void Server::build_registry() {
   for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time, &m.health_check_latency}) registry_.add(h);
   registry_.add(&m.health_checks);
   registry_.add(&log_dropped_);
+  if (fleet_) fleet_->register_metrics(registry_);
   using metrics::sample;
   auto rt = rt_;
   registry_.add({"levee_executor_load", "Smoothed executor load (busy or runnable workers / workers)",

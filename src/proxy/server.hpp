@@ -18,6 +18,7 @@
 #include "proxy/health_checker.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/worker.hpp"
+#include "quota/fleet_sync.hpp"
 
 namespace levee::proxy {
 
@@ -80,6 +81,10 @@ class Server {
   };
   std::vector<ThreadProbe> probes_;
   std::uint64_t last_dropped_ = 0;
+
+  /// Fleet quotas through Redis (issue 16); null unless quota_sync.enabled.
+  /// Last, so it stops before the state its hooks reach is torn down.
+  std::unique_ptr<quota::FleetSync> fleet_;
 };
 
 }  // namespace levee::proxy
