@@ -67,8 +67,8 @@ FleetQuota::FleetQuota(FleetQuotaConfig cfg, FleetLayout layout, TimePoint now)
   key_base_ = (cfg_.key_prefix.empty() ? std::string() : cfg_.key_prefix + ":") + "{" + cfg_.fleet + "}:";
   members_key_ = key_base_ + "members";
   epoch_key_ = key_base_ + "epoch";
-  // Two spare slots: the bucket being filled while the oldest one is still
-  // read, and one for pushes that arrive just after a bucket closes.
+  // The window's N buckets, the oldest one partly counted, and a spare so
+  // that the next bucket never reuses a slot still read.
   ring_.resize(static_cast<std::size_t>(nbuckets_ + 2));
   for (auto& s : ring_) reset_slot(s, -1);
   remote_rate_.assign(nfields_, 0.0);
@@ -125,7 +125,7 @@ void FleetQuota::push_commands(std::int64_t wall_ms) {
     std::fill(s.sent.begin(), s.sent.end(), 0.0);
     // Only buckets still inside the window: usage that has left it is not
     // pushed late (that would be a replay, counted against the present).
-    if (s.bucket < 0 || s.bucket > cur || s.bucket <= cur - nbuckets_) continue;
+    if (s.bucket < 0 || s.bucket > cur || s.bucket < cur - nbuckets_) continue;
     bool any = false;
     for (std::size_t f = 0; f < nfields_; ++f) {
       const double d = s.own[f] - s.pushed[f];
@@ -138,7 +138,7 @@ void FleetQuota::push_commands(std::int64_t wall_ms) {
     if (any) {
       // Kept until the bucket has left every instance's window, plus one
       // bucket of slack for clocks that disagree a little.
-      const std::int64_t ttl = std::max<std::int64_t>(1, (s.bucket + 1 + nbuckets_ + 1) * bucket_ms_ - wall_ms);
+      const std::int64_t ttl = std::max<std::int64_t>(1, (s.bucket + nbuckets_ + 2) * bucket_ms_ - wall_ms);
       cmds_.push_back({"PEXPIRE", bucket_key(s.bucket), num(ttl)});
       parts_.push_back({Expect::Integer});
     }
@@ -157,7 +157,7 @@ const std::vector<RedisCommand>& FleetQuota::prepare(std::int64_t wall_ms) {
   if (newest_ >= 0) cur = std::max(cur, newest_);
   prepared_wall_ms_ = wall_ms;
   if (started_ms_ == kNever) started_ms_ = wall_ms;
-  const std::int64_t data_ttl = (nbuckets_ + 2) * bucket_ms_;
+  const std::int64_t data_ttl = (nbuckets_ + 3) * bucket_ms_;
 
   // The epoch: created by whoever comes first after Redis lost the data,
   // refreshed by every sync, so it lives exactly as long as the data does.
@@ -183,8 +183,8 @@ const std::vector<RedisCommand>& FleetQuota::prepare(std::int64_t wall_ms) {
   cmds_.push_back({"PEXPIRE", members_key_, num(2 * ttl)});
   parts_.push_back({Expect::Integer});
 
-  // The window's buckets, oldest first.
-  for (std::int64_t b = cur - nbuckets_ + 1; b <= cur; ++b) {
+  // The window's buckets, oldest (the partly counted one) first.
+  for (std::int64_t b = cur - nbuckets_; b <= cur; ++b) {
     Slot& s = slot_for(b);
     cmds_.push_back({"HGETALL", bucket_key(b)});
     parts_.push_back({Expect::Read, static_cast<std::size_t>(&s - ring_.data())});
@@ -295,28 +295,35 @@ bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now)
   }
   fleet_size_ = static_cast<std::uint32_t>(std::clamp<std::int64_t>(card, 1, 1 << 20));
 
-  // Rates over the time the window covers: its full buckets and the part
-  // of the newest one, and no more than the fleet's data has existed (a
-  // fleet that started 2 s ago has used its CPU in 2 s, not in 10 s; the
-  // local window counts the same way).
+  // Rates over a window that slides with the clock, not by whole buckets:
+  // the newest bucket counts as far as it has filled, the oldest (one past
+  // the window's N) for the part of it still inside. Dropping whole buckets
+  // would free a bucket's worth of quota on every instance at the same
+  // moment, and each would fill it before seeing the others do the same.
+  // The span is the window, or less while the fleet's data is younger (a
+  // fleet that started 2 s ago used its CPU in 2 s, not in 10 s; the local
+  // window counts the same way).
   const std::int64_t wall = prepared_wall_ms_;
   const std::int64_t cur = std::max(bucket_of(wall), newest_);
-  const std::int64_t covered = std::max<std::int64_t>(1, (nbuckets_ - 1) * bucket_ms_ + (wall - cur * bucket_ms_));
+  const std::int64_t into = std::clamp<std::int64_t>(wall - cur * bucket_ms_, 0, bucket_ms_);
+  const double oldest_weight = 1.0 - static_cast<double>(into) / static_cast<double>(bucket_ms_);
+  const std::int64_t full = nbuckets_ * bucket_ms_;
   // After Redis lost its data the epoch is new but the usage pushed again
   // is not: an instance that has been running longer knows the fleet is at
   // least as old as itself.
   const std::int64_t since = std::min(epoch_created_ms_, started_ms_);
-  const std::int64_t span_ms = std::clamp<std::int64_t>(wall - since, std::min(bucket_ms_, covered), covered);
+  const std::int64_t span_ms = std::clamp<std::int64_t>(wall - since, std::min(bucket_ms_, full), full);
   const double span = static_cast<double>(span_ms) / 1000.0;
   std::fill(remote_rate_.begin(), remote_rate_.end(), 0.0);
   std::fill(fleet_rate_.begin(), fleet_rate_.end(), 0.0);
   for (const auto& s : ring_) {
-    if (s.bucket < 0 || s.bucket > cur || s.bucket <= cur - nbuckets_) continue;
+    if (s.bucket < 0 || s.bucket > cur || s.bucket < cur - nbuckets_) continue;
+    const double w = s.bucket == cur - nbuckets_ ? oldest_weight : 1.0;
     for (std::size_t f = 0; f < nfields_; ++f) {
       // The others' part: the fleet's total less what this instance pushed
       // there. Never negative (a Redis that lost our push answers less).
-      remote_rate_[f] += std::max(0.0, s.fleet[f] - s.pushed[f]);
-      fleet_rate_[f] += s.fleet[f];
+      remote_rate_[f] += w * std::max(0.0, s.fleet[f] - s.pushed[f]);
+      fleet_rate_[f] += w * s.fleet[f];
     }
   }
   for (std::size_t f = 0; f < nfields_; ++f) {
