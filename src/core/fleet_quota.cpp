@@ -64,9 +64,18 @@ FleetQuota::FleetQuota(FleetQuotaConfig cfg, FleetLayout layout, TimePoint now)
         field_names_.push_back(c + "|" + t + "|" + std::string(core::to_string(criticality_from_index(k))));
         field_index_.emplace(field_names_.back(), field_names_.size() - 1);
       }
+  for (const auto& c : layout_.clusters)
+    for (const auto& t : layout_.tenants) {
+      group_names_.push_back(c + "|" + t);
+      group_index_.emplace(group_names_.back(), group_names_.size() - 1);
+    }
+  first_local_ms_.assign(group_names_.size(), kNever);
+  since_sent_.assign(group_names_.size(), false);
+  since_ms_.assign(group_names_.size(), kNever);
   key_base_ = (cfg_.key_prefix.empty() ? std::string() : cfg_.key_prefix + ":") + "{" + cfg_.fleet + "}:";
   members_key_ = key_base_ + "members";
   epoch_key_ = key_base_ + "epoch";
+  since_key_ = key_base_ + "since";
   // The window's N buckets, the oldest one partly counted, and a spare so
   // that the next bucket never reuses a slot still read.
   ring_.resize(static_cast<std::size_t>(nbuckets_ + 2));
@@ -115,7 +124,13 @@ void FleetQuota::add_local(std::size_t cluster, const std::vector<PerCriticality
   const std::size_t n = std::min(deltas.size(), tenants_);
   for (std::size_t t = 0; t < n; ++t)
     for (std::size_t c = 0; c < kCriticalityCount; ++c)
-      if (deltas[t][c] > 0) s.own[field(cluster, t, c)] += deltas[t][c];
+      if (deltas[t][c] > 0) {
+        s.own[field(cluster, t, c)] += deltas[t][c];
+        // The time of the take, not of the first request: later by up to an
+        // interval, so the span is shorter and the rate, if anything, higher.
+        auto& first = first_local_ms_[cluster * tenants_ + t];
+        first = std::min(first, wall_ms);
+      }
 }
 
 void FleetQuota::push_commands(std::int64_t wall_ms) {
@@ -170,6 +185,20 @@ const std::vector<RedisCommand>& FleetQuota::prepare(std::int64_t wall_ms) {
 
   // Usage first, so the reads below include this instance's own push.
   push_commands(wall_ms);
+
+  // When each tenant's usage began, fleet-wide: first writer wins. After
+  // Redis lost its data, what this instance knows (its own first usage,
+  // within the window) goes back in.
+  for (std::size_t g = 0; g < group_names_.size(); ++g) {
+    if (since_sent_[g] || first_local_ms_[g] == kNever) continue;
+    const std::int64_t since = std::max(first_local_ms_[g], wall_ms - nbuckets_ * bucket_ms_);
+    cmds_.push_back({"HSETNX", since_key_, group_names_[g], num(since)});
+    parts_.push_back({Expect::SinceSet, 0, g});
+  }
+  cmds_.push_back({"PEXPIRE", since_key_, num(data_ttl)});
+  parts_.push_back({Expect::Integer});
+  cmds_.push_back({"HGETALL", since_key_});
+  parts_.push_back({Expect::Since});
 
   // Registration: a sorted set scored by the last sync; members that have
   // not synced for member_ttl are gone.
@@ -249,6 +278,7 @@ bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now)
           if (!epoch_.empty()) {
             ++resets_;
             for (auto& s : ring_) std::fill(s.pushed.begin(), s.pushed.end(), 0.0);
+            std::fill(since_sent_.begin(), since_sent_.end(), false);
           }
           epoch_ = r.str;
           epoch_created_ms_ = created;
@@ -262,6 +292,26 @@ bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now)
           Slot& s = ring_[p.slot];
           s.pushed[p.field] += s.sent[p.field];
           s.sent[p.field] = 0.0;
+        }
+        break;
+      }
+      case Expect::SinceSet:
+        good = r.type == T::Integer;
+        if (good) since_sent_[p.field] = true;
+        break;
+      case Expect::Since: {
+        if (r.type != T::Array || r.elements.size() % 2 != 0) break;
+        std::fill(since_ms_.begin(), since_ms_.end(), kNever);
+        good = true;
+        for (std::size_t k = 0; good && k < r.elements.size(); k += 2) {
+          const auto& name = r.elements[k];
+          const auto& value = r.elements[k + 1];
+          std::int64_t v = 0;
+          good = name.type == T::String && value.type == T::String &&
+                 std::from_chars(value.str.data(), value.str.data() + value.str.size(), v).ec == std::errc{};
+          if (!good) break;
+          auto it = group_index_.find(name.str);
+          if (it != group_index_.end()) since_ms_[it->second] = v;
         }
         break;
       }
@@ -311,9 +361,7 @@ bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now)
   // After Redis lost its data the epoch is new but the usage pushed again
   // is not: an instance that has been running longer knows the fleet is at
   // least as old as itself.
-  const std::int64_t since = std::min(epoch_created_ms_, started_ms_);
-  const std::int64_t span_ms = std::clamp<std::int64_t>(wall - since, std::min(bucket_ms_, full), full);
-  const double span = static_cast<double>(span_ms) / 1000.0;
+  const std::int64_t fleet_since = std::min(epoch_created_ms_, started_ms_);
   std::fill(remote_rate_.begin(), remote_rate_.end(), 0.0);
   std::fill(fleet_rate_.begin(), fleet_rate_.end(), 0.0);
   for (const auto& s : ring_) {
@@ -327,6 +375,13 @@ bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now)
     }
   }
   for (std::size_t f = 0; f < nfields_; ++f) {
+    // Per tenant: since its first usage anywhere in the fleet (as the
+    // local window counts from the tenant's first request), else since the
+    // fleet's data began.
+    const std::int64_t g_since = since_ms_[f / kCriticalityCount];
+    const std::int64_t since = g_since == kNever ? fleet_since : g_since;
+    const std::int64_t span_ms = std::clamp<std::int64_t>(wall - since, std::min(bucket_ms_, full), full);
+    const double span = static_cast<double>(span_ms) / 1000.0;
     remote_rate_[f] /= span;
     fleet_rate_[f] /= span;
   }

@@ -15,6 +15,10 @@
 //   <prefix>:{<fleet>}:epoch       string "<creator id>:<created wall ms>":
 //                                        tells a Redis that lost its data
 //                                        (restart, failover) from one that did not
+//   <prefix>:{<fleet>}:since       hash  "<cluster>|<tenant>" -> wall ms of the
+//                                        tenant's first usage: the span its
+//                                        fleet rate is measured over, as the
+//                                        local window measures from its start
 // Each sync is one pipeline: register, add this instance's unpushed usage
 // to its buckets (HINCRBYFLOAT), read back the window's buckets (HGETALL).
 // See docs/algorithms.md ("Fleet quotas") for the overshoot bound.
@@ -158,9 +162,14 @@ class FleetQuota {
   std::int64_t bucket_ms_ = 1000;
   std::int64_t nbuckets_ = 10;  ///< buckets in the window
   std::vector<std::string> field_names_;
+  std::vector<std::string> group_names_;  ///< "<cluster>|<tenant>", by cluster x tenant
   std::unordered_map<std::string, std::size_t> field_index_;
   std::string key_base_;  ///< "<prefix>:{<fleet>}:"
-  std::string members_key_, epoch_key_;
+  std::string members_key_, epoch_key_, since_key_;
+  std::unordered_map<std::string, std::size_t> group_index_;
+  std::vector<std::int64_t> first_local_ms_;  ///< by group: this instance's first usage (kNever: none)
+  std::vector<bool> since_sent_;              ///< by group: HSETNX acknowledged since the last epoch
+  std::vector<std::int64_t> since_ms_;        ///< by group: the fleet's answer (kNever: none)
   mutable std::string key_buf_;
 
   std::vector<Slot> ring_;  ///< nbuckets_ + 2 slots, by bucket number
@@ -168,7 +177,7 @@ class FleetQuota {
 
   // The pipeline being answered, and where its parts are.
   std::vector<RedisCommand> cmds_;
-  enum class Expect : std::uint8_t { Ok, Epoch, Integer, Increment, Card, Read };
+  enum class Expect : std::uint8_t { Ok, Epoch, Integer, Increment, Card, Read, Since, SinceSet };
   struct Part {
     Expect expect;
     std::size_t slot = 0;   ///< Increment, Read

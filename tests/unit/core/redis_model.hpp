@@ -107,6 +107,14 @@ class RedisModel {
       f += to_d(c[3]);
       return RedisReply::string_of(fmt(f));
     }
+    if (op == "HSETNX") {
+      Value* v = find(c[1]);
+      if (!v) v = &(keys_[c[1]] = Value{Kind::Hash, {}, {}, {}, 0});
+      if (v->kind != Kind::Hash) return wrongtype();
+      if (v->hash.count(c[2])) return RedisReply::integer_of(0);
+      v->hash[c[2]] = to_d(c[3]);
+      return RedisReply::integer_of(1);
+    }
     if (op == "HGETALL") {
       RedisReply r;
       r.type = RedisReply::Type::Array;
@@ -115,7 +123,9 @@ class RedisModel {
       if (v->kind != Kind::Hash) return wrongtype();
       for (auto& [k, x] : v->hash) {
         r.elements.push_back(RedisReply::string_of(k));
-        r.elements.push_back(RedisReply::string_of(fmt(x)));
+        // Redis keeps the strings it was given: an integer reads back as one.
+        const bool integral = x == static_cast<double>(static_cast<std::int64_t>(x));
+        r.elements.push_back(RedisReply::string_of(integral ? std::to_string(static_cast<std::int64_t>(x)) : fmt(x)));
       }
       return r;
     }

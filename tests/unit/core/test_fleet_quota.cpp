@@ -357,13 +357,13 @@ TEST_CASE("closed loop: a tenant at 5x its quota through 3 instances gets its qu
   const double shared = admitted_share(loop);
   CHECK_THAT(shared, WithinRel(1.0, 0.1));
   // What the integration test runs (test_fleet.py): a 5 s window in 500 ms
-  // buckets, 20 ms requests, measured from 2 s to 8 s.
+  // buckets, 40 ms requests, measured from 2 s to 10 s.
   FleetLoop it = loop;
   it.window = 5s;
   it.bucket = 500ms;
   it.latency = 40ms;
-  it.cost = 0.02;
-  it.to = 8s;
+  it.cost = 0.04;
+  it.to = 10s;
   CHECK_THAT(admitted_share(it), WithinRel(1.0, 0.1));
   // A slower sync lets more through: staleness is what the fleet overshoots by.
   loop.interval = 2s;
