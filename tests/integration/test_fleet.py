@@ -114,19 +114,18 @@ def finish_loadgen(handle):
 # quota but, with the others, more than the backend can take: the cluster
 # is overloaded, so quotas are enforced.
 HEAVY_RATE = 5 * HEAVY_QUOTA / COST / 3   # requests/s per instance
-LIGHT_RATE = 90
+LIGHT_RATE = 150  # twice what an instance's share of the backend serves: its queue never runs dry
 CLASSES = [f"name=heavy,weight={HEAVY_RATE:.1f},tenant=heavy,criticality=CRITICAL,deadline=1s",
            f"name=light,weight={LIGHT_RATE},tenant=light,criticality=CRITICAL,deadline=1s"]
 
 
 def fleet_levee(tc, be, redis, **sync):
-    q = {"enabled": True, "redis": redis, "interval": f"{int(INTERVAL * 1000)}ms", "bucket": "500ms"}
+    q = {"enabled": True, "redis": redis, "interval": f"{int(INTERVAL * 1000)}ms"}
     q.update(sync)
     return Levee(tc, [cluster("app", [be.address], concurrency={"limit": 3}, queue={"target": "20ms"},
                               overload={"utilization": 0.8, "queue_time": "5ms"})],
                  extra={"tenants": {"source": {"header": "x-tenant-id", "trusted_networks": ["127.0.0.0/8"]},
-                                    "quotas": {"default": 0.5, "heavy": HEAVY_QUOTA, "light": 100.0},
-                                    "window": "5s"},
+                                    "quotas": {"default": 0.5, "heavy": HEAVY_QUOTA, "light": 100.0}},
                         "quota_sync": q})
 
 
@@ -194,7 +193,7 @@ class FakeServer:
 class FleetQuota(unittest.TestCase):
     def test_tenant_at_5x_through_three_instances_gets_its_quota(self):
         # 9 workers x 40 ms: 225 requests/s, 9 CPU-s/s. Offered: heavy 125/s
-        # (5x its 1 CPU-s/s), light 270/s: overloaded by light alone.
+        # (5x its 1 CPU-s/s), light 450/s: overloaded by light alone.
         be = Backend(self, workers=9, service="fixed:40ms")
         r = Redis(self)
         fleet = [fleet_levee(self, be, redis_at(r)) for _ in range(3)]
@@ -379,6 +378,44 @@ class Sentinel(unittest.TestCase):
         for h in loads:
             t = finish_loadgen(h)["total"]
             self.assertEqual(t["errors"] + t["timeouts"] + t["failed"], 0, t)
+
+
+def free_cluster_port():
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    while True:
+        p = free_port()
+        if p + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 10000))
+            except OSError:
+                continue
+        return p
+
+
+class RedisCluster(unittest.TestCase):
+    def test_a_node_that_does_not_own_the_slot_redirects_and_the_sync_follows(self):
+        cli = tool("redis-cli")
+        be = Backend(self)
+        nodes = [Redis(self, port=free_cluster_port(), name=f"node{i}", args=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                                                    "--cluster-config-file", f"nodes-{i}.conf"]) for i in range(3)]
+        subprocess.run([cli, "--cluster", "create"] + [f"127.0.0.1:{n.port}" for n in nodes] + ["--cluster-yes"],
+                       check=True, capture_output=True, timeout=60)
+        wait_until(lambda: all("cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in nodes), timeout=20,
+                   what="cluster up")
+        slot = nodes[0].cmd("CLUSTER", "KEYSLOT", "levee:{default}:members")
+        owner = next(n for n in nodes for lo, hi, master, *_ in n.cmd("CLUSTER", "SLOTS")
+                     if lo <= slot <= hi and int(master[1]) == n.port)
+        other = next(n for n in nodes if n is not owner)
+        # Seeded with a node that does not hold the slot: MOVED, followed.
+        lv = fleet_levee(self, be, {"mode": "cluster", "nodes": [f"127.0.0.1:{other.port}"]})
+        wait_until(lambda: state(lv) == "synced", what="synced through the cluster")
+        self.assertEqual(owner.cmd("ZCARD", "levee:{default}:members"), 1)
+        # Every key of the sync is on that one slot's node.
+        for n in nodes:
+            keys = n.cmd("KEYS", "levee:*")
+            self.assertTrue(n is owner or not keys, (n.port, keys))
 
 
 class Security(unittest.TestCase):
