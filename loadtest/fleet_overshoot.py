@@ -45,19 +45,18 @@ class Scope:
                 pass
 
 
-def ticks(pid, thread_name=None):
-    """utime + stime of a process, or of its thread with that name."""
+def cpu_ns(pid, thread_name=None):
+    """CPU time (ns, the scheduler's own accounting) of a process's threads,
+    or of its thread with that name."""
     total = 0
-    tasks = os.listdir(f"/proc/{pid}/task")
-    for tid in tasks:
+    for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 name = f.read().strip()
             if thread_name and name != thread_name:
                 continue
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
         except FileNotFoundError:
             continue
     return total
@@ -74,21 +73,24 @@ def one_run(interval_ms, seconds):
         wait_until(lambda: all(tf.state(lv) == "synced" and lv.metric("levee_quota_fleet_size") == 3 for lv in fleet),
                    what="fleet synced")
         cmds0 = [lv.metric("levee_quota_sync_commands_total") for lv in fleet]
-        cpu0 = [(ticks(lv.proc.p.pid), ticks(lv.proc.p.pid, "levee-quota")) for lv in fleet]
+        errs0 = sum(lv.metric("levee_quota_sync_errors_total") for lv in fleet)
+        cpu0 = [(cpu_ns(lv.proc.p.pid), cpu_ns(lv.proc.p.pid, "levee-quota")) for lv in fleet]
         t0 = time.monotonic()
         loads = [tf.start_loadgen(lv.port, seconds, tf.HEAVY_RATE + tf.LIGHT_RATE, tf.CLASSES, warmup=2)
                  for lv in fleet]
         results = [tf.finish_loadgen(h) for h in loads]
         dt = time.monotonic() - t0
         cmds = [(lv.metric("levee_quota_sync_commands_total") - c) / dt for lv, c in zip(fleet, cmds0)]
-        cpu = [(ticks(lv.proc.p.pid) - a, ticks(lv.proc.p.pid, "levee-quota") - b) for lv, (a, b) in zip(fleet, cpu0)]
+        cpu = [(cpu_ns(lv.proc.p.pid) - a, cpu_ns(lv.proc.p.pid, "levee-quota") - b) for lv, (a, b) in zip(fleet, cpu0)]
         lat = [lv.metric("levee_quota_sync_latency_seconds_sum") / max(1, lv.metric("levee_quota_sync_latency_seconds_count"))
                for lv in fleet]
         return {
             "share": tf.heavy_cpu(results) / tf.HEAVY_QUOTA,
+            "sync_errors": sum(lv.metric("levee_quota_sync_errors_total") for lv in fleet) - errs0,
+            "timeouts": sum(tf.by_class(x)["heavy"]["timeouts"] for x in results),
             "cmds_per_s": statistics.mean(cmds),
             "sync_cpu_share": sum(b for _, b in cpu) / max(1, sum(a for a, _ in cpu)),
-            "sync_cpu_ms_per_s": 1000 * sum(b for _, b in cpu) / os.sysconf("SC_CLK_TCK") / dt / 3,
+            "sync_cpu_ms_per_s": sum(b for _, b in cpu) / 1e6 / dt / 3,
             "latency_ms": 1000 * statistics.mean(lat),
         }
     finally:
@@ -117,8 +119,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=12)
     a = ap.parse_args()
     print("| sync interval | admitted / quota (mean, min-max) | Redis commands/s per instance "
-          "| sync RTT ms | sync thread CPU ms/s | share of levee CPU |")
-    print("|---|---|---|---|---|---|")
+          "| sync RTT ms | sync thread CPU ms/s | share of levee CPU | failed syncs, client timeouts |")
+    print("|---|---|---|---|---|---|---|")
     for iv in [int(x) for x in a.intervals.split(",")]:
         runs = [one_run(iv, a.seconds) for _ in range(a.runs)]
         shares = [x["share"] for x in runs]
@@ -126,7 +128,8 @@ def main():
               f"| {statistics.mean(x['cmds_per_s'] for x in runs):.0f} "
               f"| {statistics.mean(x['latency_ms'] for x in runs):.2f} "
               f"| {statistics.mean(x['sync_cpu_ms_per_s'] for x in runs):.2f} "
-              f"| {100 * statistics.mean(x['sync_cpu_share'] for x in runs):.2f}% |", flush=True)
+              f"| {100 * statistics.mean(x['sync_cpu_share'] for x in runs):.2f}% "
+              f"| {sum(x['sync_errors'] for x in runs):.0f}, {sum(x['timeouts'] for x in runs)} |", flush=True)
     sw = [switch_time() for _ in range(5)]
     print(f"\nfallback switch after Redis is killed (interval 200 ms, timeout 100 ms), 5 runs: "
           f"median {1000 * statistics.median(sw):.0f} ms, max {1000 * max(sw):.0f} ms")

@@ -9,8 +9,8 @@
 int main() {
   using namespace std::chrono_literals;
   using levee::test::FleetLoop;
-  std::printf("fleet admitted CPU / quota, tenant at 5x its quota spread evenly, measured 2..22 s\n");
-  std::printf("window 10 s, bucket 1 s, cost reported 20 ms after admission\n\n");
+  std::printf("tenant at 5x its quota spread evenly; window 10 s, bucket 1 s, cost reported 20 ms after admission\n");
+  std::printf("each cell: admitted / quota over 2..22 s; peak window sum / (quota x window) over 10..22 s; the bound\n\n");
   std::printf("| interval | 3 instances | 10 instances | 50 instances |\n|---|---|---|---|\n");
   for (auto iv : {50ms, 100ms, 200ms, 500ms, 1000ms, 2000ms}) {
     std::printf("| %lld ms |", static_cast<long long>(iv.count()));
@@ -18,7 +18,8 @@ int main() {
       FleetLoop p;
       p.interval = iv;
       p.instances = n;
-      std::printf(" %.3f |", levee::test::admitted_share(p));
+      auto r = levee::test::run_fleet_loop(p);
+      std::printf(" %.3f; peak %.3f (bound %.3f) |", r.share, r.peak, levee::test::peak_bound(p));
     }
     std::printf("\n");
   }
@@ -27,11 +28,12 @@ int main() {
     p.synced = false;
     return levee::test::admitted_share(p);
   }());
-  std::printf("\n| demand (x quota), 3 instances, 200 ms | share |\n|---|---|\n");
+  std::printf("\n| demand (x quota), 3 instances, 200 ms | share | peak (bound) |\n|---|---|---|\n");
   for (double d : {1.5, 2.0, 5.0, 10.0, 20.0}) {
     FleetLoop p;
     p.demand = d;
-    std::printf("| %.1f | %.3f |\n", d, levee::test::admitted_share(p));
+    auto r = levee::test::run_fleet_loop(p);
+    std::printf("| %.1f | %.3f | %.3f (%.3f) |\n", d, r.share, r.peak, levee::test::peak_bound(p));
   }
   return 0;
 }

@@ -29,8 +29,12 @@ struct FleetLoop {
   bool synced = true;   ///< false: no sharing at all (each instance alone)
 };
 
-/// The fleet's admitted CPU-s/s over [from, to), divided by the quota.
-inline double admitted_share(const FleetLoop& p) {
+struct FleetLoopResult {
+  double share = 0;  ///< admitted CPU-s/s over [from, to) / quota
+  double peak = 0;   ///< the largest window sum of admitted CPU once the window is full, / (quota x window)
+};
+
+inline FleetLoopResult run_fleet_loop(const FleetLoop& p) {
   using namespace std::chrono_literals;
   using core::Duration;
   using core::TimePoint;
@@ -72,7 +76,8 @@ inline double admitted_share(const FleetLoop& p) {
     next_sync[i] = now + p.interval * static_cast<std::int64_t>(i) / n;
   }
   std::deque<std::pair<TimePoint, std::size_t>> completions;
-  double admitted = 0;
+  std::deque<TimePoint> in_window;  // admissions inside the window ending now
+  double admitted = 0, peak = 0;
   while (now < core::at(p.to)) {
     while (!completions.empty() && completions.front().first <= now) {
       fleet[completions.front().second]->gate.record(kTenant, core::Criticality::Critical, p.cost, now);
@@ -83,6 +88,7 @@ inline double admitted_share(const FleetLoop& p) {
       while (next_arrival[i] <= now) {
         if (nd.gate.admit(kTenant, core::Criticality::Critical, now, true).admitted()) {
           completions.emplace_back(now + p.latency, i);
+          in_window.push_back(now);
           if (now >= core::at(p.from)) admitted += p.cost;
         }
         next_arrival[i] += gap;
@@ -98,9 +104,24 @@ inline double admitted_share(const FleetLoop& p) {
         next_sync[i] += p.interval;
       }
     }
+    while (!in_window.empty() && in_window.front() <= now - p.window) in_window.pop_front();
+    if (now >= core::at(std::max(p.from, p.window)))
+      peak = std::max(peak, static_cast<double>(in_window.size()) * p.cost / core::to_seconds(p.window));
     now += 1ms;
   }
-  return admitted / core::to_seconds(p.to - p.from);
+  return {admitted / core::to_seconds(p.to - p.from), peak};
+}
+
+/// The fleet's admitted CPU-s/s over [from, to), divided by the quota.
+inline double admitted_share(const FleetLoop& p) { return run_fleet_loop(p).share; }
+
+/// docs/algorithms.md: the bound on the peak window sum, / (quota x window),
+/// for a Redis that answers at once: 1 + 1/b + D((M-1)(2I+L) + L) / (M Q W),
+/// b the local window's buckets (20).
+inline double peak_bound(const FleetLoop& p) {
+  const double m = static_cast<double>(p.instances);
+  const double i = core::to_seconds(p.interval), l = core::to_seconds(p.latency), w = core::to_seconds(p.window);
+  return 1.0 + 1.0 / 20 + p.demand * ((m - 1) * (2 * i + l) + l) / (m * w);
 }
 
 }  // namespace levee::test

@@ -367,3 +367,20 @@ TEST_CASE("closed loop: a tenant at 5x its quota through 3 instances gets its qu
   loop.interval = 2s;
   CHECK(admitted_share(loop) > shared);
 }
+
+TEST_CASE("closed loop: the peak window sum stays under the documented bound", "[fleet][sim]") {
+  // docs/algorithms.md, "How far the fleet can overshoot"; levee_fleet_sim
+  // prints the whole sweep.
+  for (auto interval : {50ms, 200ms, 1000ms})
+    for (std::size_t n : {3, 10, 50})
+      for (double demand : {1.5, 5.0, 20.0}) {
+        FleetLoop p;
+        p.interval = interval;
+        p.instances = n;
+        p.demand = demand;
+        p.to = 16s;
+        auto r = run_fleet_loop(p);
+        INFO("interval " << interval.count() << " ms, " << n << " instances, demand " << demand);
+        CHECK(r.peak <= peak_bound(p));
+      }
+}
