@@ -4,6 +4,8 @@ cmake_minimum_required(VERSION 3.25)
 #   src/config  : + yaml-cpp
 #   src/metrics : + prometheus-cpp
 #   src/http    : + Boost (Beast, Asio buffers)
+#   src/quota   : + hiredis, OpenSSL, spdlog, POSIX sockets; not Boost, not src/proxy
+#                 (the proxy wires it with two hooks)
 #   src/proxy, src/control, main : anything
 # Run as: cmake -DSRC=<path to src> -P CheckLayering.cmake
 set(_std_headers
@@ -59,3 +61,4 @@ endforeach()
 levee_check(config "core/;config/;yaml-cpp/")
 levee_check(metrics "core/;metrics/;prometheus/")
 levee_check(http "core/;http/;boost/")
+levee_check(quota "core/;config/;metrics/;quota/;hiredis/;openssl/;spdlog/;prometheus/;arpa/;netinet/;sys/;fcntl.h;netdb.h;poll.h;pthread.h;unistd.h")

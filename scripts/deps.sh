@@ -3,7 +3,8 @@
 #
 #   scripts/deps.sh            build dependencies only
 #   scripts/deps.sh --test     also the real peers the tests drive
-#                              (redis, haproxy, nginx, wrk, h2load, promtool, curl)
+#                              (redis, redis-sentinel, haproxy, nginx, wrk, h2load,
+#                              promtool, curl)
 #   scripts/deps.sh --bench    also what the benchmark report needs (matplotlib)
 #
 # Distro packages come from the machine's own sources. Two things are not
@@ -108,7 +109,7 @@ if [ "$codename" = bookworm ]; then
 fi
 
 if [ "$want_test" -eq 1 ]; then
-  test_pkgs=(curl redis-server haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
+  test_pkgs=(curl redis-server redis-sentinel haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
              python3 openssl procps iproute2)
   apt_install "${test_pkgs[@]}"
 fi

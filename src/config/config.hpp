@@ -214,6 +214,48 @@ struct ClusterConfig {
   std::vector<std::pair<std::string, double>> quotas;
 };
 
+/// TLS to Redis (issue 16). Redis asks for a client certificate by default
+/// (tls-auth-clients yes): give cert_file and key_file then.
+struct RedisTlsConfig {
+  bool enabled = false;
+  std::string ca_file;      ///< empty: the system's trusted CAs
+  std::string cert_file;    ///< client certificate (PEM), optional
+  std::string key_file;     ///< its key (PEM)
+  std::string server_name;  ///< SNI and the name verified; empty: the host
+  bool verify = true;       ///< false: encrypt without checking the server (tests only)
+};
+
+/// Where the fleet's shared state lives and how to reach it.
+struct RedisConfig {
+  enum class Mode : std::uint8_t { Standalone, Sentinel, Cluster };
+  Mode mode = Mode::Standalone;
+  /// standalone: the server; cluster: seed nodes (MOVED is followed);
+  /// sentinel: the sentinels, asked for the master of master_name.
+  std::vector<EndpointConfig> addresses;
+  std::string master_name;
+  std::string sentinel_username, sentinel_password;
+  std::string username;  ///< ACL user; empty: AUTH with the password alone
+  std::string password;  ///< or from password_file (read at load)
+  std::uint32_t database = 0;
+  RedisTlsConfig tls;
+  Duration connect_timeout = 200ms;  ///< connect + TLS + AUTH (+ Sentinel lookup)
+  Duration timeout = 100ms;          ///< one sync's round trip
+};
+
+/// Fleet quotas: instances share tenant usage through Redis (issue 16).
+struct QuotaSyncConfig {
+  bool enabled = false;
+  RedisConfig redis;
+  std::string key_prefix = "levee";
+  std::string fleet = "default";  ///< Redis Cluster hash tag; fleets sharing a Redis keep apart
+  std::string instance_id;        ///< empty: hostname-pid-random
+  Duration interval = 200ms;
+  Duration bucket = 1s;
+  Duration member_ttl = 2s;
+  /// Fallback divisor while Redis is unreachable; 0: the last known fleet size.
+  std::uint32_t max_instances = 0;
+};
+
 struct AdminConfig {
   std::string address = "127.0.0.1";
   std::uint16_t port = 9901;
@@ -233,6 +275,7 @@ struct Config {
   HeaderNames headers;
   SelfProtectionConfig self_protection;
   TenantsConfig tenants;
+  QuotaSyncConfig quota_sync;
   std::vector<ListenerConfig> listeners;
   std::vector<ClusterConfig> clusters;
 };

@@ -375,6 +375,123 @@ void read_tenants(Ctx& ctx, const YAML::Node& n, TenantsConfig& t) {
   read_duration(ctx, m.take("window"), m.sub("window"), t.window, std::chrono::seconds(1), std::chrono::hours(1));
 }
 
+void read_addresses(Ctx& ctx, const YAML::Node& n, const std::string& path, std::vector<EndpointConfig>& out) {
+  if (!n.IsSequence() || n.size() == 0) {
+    ctx.error(n, path, "must be a non-empty list of host:port");
+    return;
+  }
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    EndpointConfig e;
+    auto p = at(path, i);
+    if (!scalar(ctx, n[i], p, "host:port")) continue;
+    if (!split_host_port(n[i].Scalar(), e.host, e.port))
+      ctx.error(n[i], p, "must be host:port with port 1..65535, not '" + n[i].Scalar() + "'");
+    else out.push_back(std::move(e));
+  }
+}
+
+void read_redis(Ctx& ctx, const YAML::Node& n, const std::string& path, RedisConfig& r) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  Map m(ctx, n, path);
+  if (auto mode = m.take("mode"); mode.IsDefined() && scalar(ctx, mode, m.sub("mode"), "a mode")) {
+    const auto& s = mode.Scalar();
+    if (s == "standalone") r.mode = RedisConfig::Mode::Standalone;
+    else if (s == "sentinel") r.mode = RedisConfig::Mode::Sentinel;
+    else if (s == "cluster") r.mode = RedisConfig::Mode::Cluster;
+    else ctx.error(mode, m.sub("mode"), "must be standalone, sentinel or cluster, not '" + s + "'");
+  }
+  // One key per mode names its servers, so a config says what it means.
+  const char* key = r.mode == RedisConfig::Mode::Sentinel ? "sentinels"
+                    : r.mode == RedisConfig::Mode::Cluster ? "nodes" : "address";
+  for (const char* k : {"address", "sentinels", "nodes"}) {
+    auto v = m.take(k);
+    if (!v.IsDefined()) continue;
+    if (std::string_view(k) != key) {
+      ctx.error(v, m.sub(k), std::string("is not used in this mode (") + key + " is)");
+      continue;
+    }
+    if (r.mode == RedisConfig::Mode::Standalone) {
+      EndpointConfig e;
+      if (scalar(ctx, v, m.sub(k), "host:port") && split_host_port(v.Scalar(), e.host, e.port))
+        r.addresses.push_back(std::move(e));
+      else if (v.IsScalar())
+        ctx.error(v, m.sub(k), "must be host:port with port 1..65535, not '" + v.Scalar() + "'");
+    } else {
+      read_addresses(ctx, v, m.sub(k), r.addresses);
+    }
+  }
+  if (r.addresses.empty() && !m.has(key)) ctx.error(n, m.sub(key), "is required");
+  read(ctx, m.take("master_name"), m.sub("master_name"), r.master_name);
+  if (r.mode == RedisConfig::Mode::Sentinel && r.master_name.empty())
+    ctx.error(n, m.sub("master_name"), "is required in sentinel mode");
+  read(ctx, m.take("sentinel_username"), m.sub("sentinel_username"), r.sentinel_username);
+  read(ctx, m.take("sentinel_password"), m.sub("sentinel_password"), r.sentinel_password);
+  read(ctx, m.take("username"), m.sub("username"), r.username);
+  auto pw = m.take("password");
+  auto pwf = m.take("password_file");
+  read(ctx, pw, m.sub("password"), r.password);
+  if (pwf.IsDefined() && scalar(ctx, pwf, m.sub("password_file"), "a file name")) {
+    if (pw.IsDefined()) {
+      ctx.error(pwf, m.sub("password_file"), "cannot be given with password");
+    } else {
+      std::ifstream f(pwf.Scalar(), std::ios::binary);
+      if (!f || !std::getline(f, r.password)) ctx.error(pwf, m.sub("password_file"), "cannot read '" + pwf.Scalar() + "'");
+      while (!r.password.empty() && (r.password.back() == '\r' || r.password.back() == ' ')) r.password.pop_back();
+    }
+  }
+  if (!r.username.empty() && r.password.empty())
+    ctx.error(n, m.sub("password"), "is required with username");
+  auto db = m.take("database");
+  read_uint(ctx, db, m.sub("database"), r.database, 0, 65535);
+  if (db.IsDefined() && r.database != 0 && r.mode == RedisConfig::Mode::Cluster)
+    ctx.error(db, m.sub("database"), "must be 0 with Redis Cluster (it has no SELECT)");
+  if (auto t = m.take("tls"); t.IsDefined()) {
+    Map tm(ctx, t, m.sub("tls"));
+    read_bool(ctx, tm.take("enabled"), tm.sub("enabled"), r.tls.enabled);
+    read(ctx, tm.take("ca_file"), tm.sub("ca_file"), r.tls.ca_file);
+    read(ctx, tm.take("cert_file"), tm.sub("cert_file"), r.tls.cert_file);
+    auto kf = tm.take("key_file");
+    read(ctx, kf, tm.sub("key_file"), r.tls.key_file);
+    read(ctx, tm.take("server_name"), tm.sub("server_name"), r.tls.server_name);
+    read_bool(ctx, tm.take("verify"), tm.sub("verify"), r.tls.verify);
+    if (r.tls.cert_file.empty() != r.tls.key_file.empty())
+      ctx.error(t, tm.sub(r.tls.cert_file.empty() ? "cert_file" : "key_file"), "cert_file and key_file go together");
+  }
+  read_duration(ctx, m.take("connect_timeout"), m.sub("connect_timeout"), r.connect_timeout, milliseconds(1), seconds(60));
+  read_duration(ctx, m.take("timeout"), m.sub("timeout"), r.timeout, milliseconds(1), seconds(60));
+}
+
+void read_quota_sync(Ctx& ctx, const YAML::Node& n, QuotaSyncConfig& q, const TenantsConfig& tenants) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  Map m(ctx, n, "quota_sync");
+  read_bool(ctx, m.take("enabled"), m.sub("enabled"), q.enabled);
+  auto rn = m.take("redis");
+  if (rn.IsDefined()) read_redis(ctx, rn, m.sub("redis"), q.redis);
+  else if (q.enabled) ctx.error(n, m.sub("redis"), "is required when quota_sync is enabled");
+  read(ctx, m.take("key_prefix"), m.sub("key_prefix"), q.key_prefix);
+  auto fn = m.take("fleet");
+  read(ctx, fn, m.sub("fleet"), q.fleet);
+  if (q.fleet.empty() || q.fleet.find_first_of("{}") != std::string::npos)
+    ctx.error(fn.IsDefined() ? fn : n, m.sub("fleet"), "must be a non-empty name without braces (it is the hash tag)");
+  read(ctx, m.take("instance_id"), m.sub("instance_id"), q.instance_id);
+  auto in = m.take("interval");
+  read_duration(ctx, in, m.sub("interval"), q.interval, milliseconds(10), seconds(60));
+  auto bn = m.take("bucket");
+  read_duration(ctx, bn, m.sub("bucket"), q.bucket, milliseconds(10), std::chrono::minutes(10));
+  if (q.bucket > tenants.window) ctx.error(bn.IsDefined() ? bn : n, m.sub("bucket"), "must not exceed tenants.window");
+  auto tn = m.take("member_ttl");
+  read_duration(ctx, tn, m.sub("member_ttl"), q.member_ttl, milliseconds(10), std::chrono::hours(1));
+  read_uint(ctx, m.take("max_instances"), m.sub("max_instances"), q.max_instances, 0, 100000);
+  // A registration must outlive a few syncs, or a slow sync drops the
+  // instance from the fleet size; a sync must end before the next is due.
+  if (q.member_ttl < 3 * q.interval)
+    ctx.error(tn.IsDefined() ? tn : n, m.sub("member_ttl"), "must be at least 3 x interval");
+  if (q.redis.timeout > q.interval)
+    ctx.error(rn.IsDefined() ? rn : n, m.sub("redis.timeout"), "must not exceed interval");
+}
+
 void read_self_protection(Ctx& ctx, const YAML::Node& n, SelfProtectionConfig& s) {
   Map m(ctx, n, "self_protection");
   read_bool(ctx, m.take("enabled"), m.sub("enabled"), s.enabled);
@@ -751,6 +868,8 @@ void validate(Ctx& ctx, const YAML::Node& root, Config& cfg) {
                   "tenant '" + name + "' is not listed in tenants.quotas");
     }
   }
+  if (cfg.quota_sync.enabled && cfg.tenants.quotas.empty())
+    ctx.error(node_at({"quota_sync", "enabled"}, {}), "quota_sync.enabled", "needs tenants.quotas: there is nothing to share");
   if (cfg.listeners.empty()) ctx.error(root, "listeners", "at least one listener is required");
 }
 
@@ -783,6 +902,7 @@ LoadResult load_node(Ctx& ctx, const YAML::Node& root) {
   if (auto h = m.take("headers"); h.IsDefined()) read_headers(ctx, h, cfg.headers);
   if (auto s = m.take("self_protection"); s.IsDefined()) read_self_protection(ctx, s, cfg.self_protection);
   if (auto t = m.take("tenants"); t.IsDefined()) read_tenants(ctx, t, cfg.tenants);
+  if (auto q = m.take("quota_sync"); q.IsDefined()) read_quota_sync(ctx, q, cfg.quota_sync, cfg.tenants);
   read_list(ctx, m.take("listeners"), "listeners", cfg.listeners, read_listener);
   read_list(ctx, m.take("clusters"), "clusters", cfg.clusters, read_cluster);
   m.finish();

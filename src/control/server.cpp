@@ -35,17 +35,27 @@ Server::Server(std::shared_ptr<const config::Config> cfg)
   rt_ = std::make_shared<proxy::Runtime>(cfg_, n);
   log_ = std::make_unique<AccessLog>(cfg_->access_log, n);
   for (std::size_t i = 0; i < n; ++i) workers_.push_back(std::make_unique<proxy::Worker>(i, rt_, log_->shard(i)));
+  if (cfg_->quota_sync.enabled) {
+    core::FleetLayout layout{{}, rt_->tenants.names()};
+    for (auto& c : rt_->clusters) layout.clusters.push_back(c->cfg.name);
+    fleet_ = std::make_unique<quota::FleetSync>(
+        cfg_->quota_sync, cfg_->tenants.window, std::move(layout),
+        quota::FleetSync::Hooks{[rt = rt_](std::size_t c, auto& out) { rt->clusters[c]->take_quota_usage(out); },
+                                [rt = rt_](std::size_t c, auto& v) { rt->clusters[c]->set_fleet_view(v); }});
+  }
   health_ = std::make_unique<HealthChecker>(admin_ctx_, rt_, n);
   resolver_ = std::make_unique<Resolver>(admin_ctx_, *rt_);
   admin_ = std::make_unique<AdminServer>(
       admin_ctx_, cfg_->admin,
       AdminPages{[this] { return registry_.serialize(); }, [this] { return ready(); }, [this] { return clusters_json(); }});
   register_metrics(registry_, rt_, workers_, *log_);
+  if (fleet_) fleet_->register_metrics(registry_);
   signals_.add(SIGHUP);
   signals_.add(SIGUSR1);
 }
 
 Server::~Server() {
+  if (fleet_) fleet_->stop();
   if (sampler_) sampler_->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
@@ -53,6 +63,7 @@ Server::~Server() {
 }
 
 void Server::start() {
+  if (fleet_) fleet_->start();  // the first sync goes out at once
   resolver_->start();
   for (auto& w : workers_) w->open_listeners();
   admin_->bind();
@@ -87,6 +98,7 @@ int Server::run() {
   sampler_->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
+  if (fleet_) fleet_->stop();  // pushes the last usage and leaves the fleet
   log_->stop();
   return exit_code_;
 }

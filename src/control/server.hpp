@@ -19,6 +19,7 @@
 #include "control/resolver.hpp"
 #include "core/time.hpp"
 #include "metrics/metrics.hpp"
+#include "quota/fleet_sync.hpp"
 
 namespace levee::proxy {
 class Runtime;
@@ -55,6 +56,8 @@ class Server {
   std::unique_ptr<AccessLog> log_;
   std::vector<std::unique_ptr<proxy::Worker>> workers_;
   std::unique_ptr<LoadSampler> sampler_;
+  /// Fleet quotas through Redis; null unless quota_sync.enabled.
+  std::unique_ptr<quota::FleetSync> fleet_;
   std::unique_ptr<HealthChecker> health_;
   std::unique_ptr<Resolver> resolver_;
   std::unique_ptr<AdminServer> admin_;

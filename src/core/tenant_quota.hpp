@@ -12,7 +12,9 @@
 //  - within a tenant, less critical traffic is always shed first.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/criticality.hpp"
@@ -51,6 +53,30 @@ class TenantQuota {
   double quota(TenantId t) const noexcept { return quotas_[clamp_id(t)]; }
   std::size_t tenants() const noexcept { return quotas_.size(); }
 
+  // --- fleet quotas (issue 16) ------------------------------------------------
+  // When levee instances share quotas (src/quota), the sync hands the gate a
+  // view of what the *other* instances used; the gate compares local usage +
+  // remote usage with the quota. While the fleet view is missing or stale
+  // (Redis unreachable, levee just started, the sync stalled) the gate falls
+  // back to a conservative local limit, quota / fallback_divisor: neither
+  // open nor closed. Without a view ever set, nothing here changes the gate.
+  using PerCriticality = std::array<double, kCriticalityCount>;
+  struct FleetView {
+    /// Others' usage in CPU-s/s by TenantId, summed over criticality >= c
+    /// (index c), so the admit path adds one number.
+    std::vector<PerCriticality> remote_at_least;
+    bool synced = false;         ///< false: enforce quota / fallback_divisor
+    TimePoint valid_until{};     ///< past it the view counts as not synced
+    double fallback_divisor = 1.0;
+  };
+  /// Installs a view by swapping: `v` gets the previous one back, so the
+  /// caller reuses its buffers and nothing is freed under the cluster lock.
+  void set_fleet_view(FleetView& v) noexcept;
+  /// Adds the cost recorded since the last call to out[t][c] (out is resized
+  /// to tenants()) and forgets it: the sync's local delta. Only counted
+  /// once a fleet view has been set.
+  void take_recorded(std::vector<PerCriticality>& out) noexcept;
+
  private:
   TenantId clamp_id(TenantId t) const noexcept {
     return t < quotas_.size() ? t : kDefaultTenant;
@@ -58,6 +84,8 @@ class TenantQuota {
   TenantQuotaConfig cfg_;
   std::vector<double> quotas_;
   std::vector<SlidingWindow<kCriticalityCount>> usage_;
+  std::optional<FleetView> fleet_;
+  std::vector<PerCriticality> recorded_;  ///< since the last take_recorded (fleet only)
 };
 
 }  // namespace levee::core

@@ -130,6 +130,16 @@ void Cluster::endpoint_moved(std::size_t i, TimePoint t) {
   admission_.set_limit_scale(eps_.limit_scale());
 }
 
+void Cluster::take_quota_usage(std::vector<core::TenantQuota::PerCriticality>& out) {
+  std::lock_guard lk(mu_);
+  admission_.quota().take_recorded(out);
+}
+
+void Cluster::set_fleet_view(core::TenantQuota::FleetView& v) {
+  std::lock_guard lk(mu_);
+  admission_.quota().set_fleet_view(v);
+}
+
 std::size_t Cluster::available_endpoints() const {
   std::size_t n = 0;
   for (const auto& ep : endpoints)

@@ -97,6 +97,13 @@ class Cluster {
   /// DNS gave the endpoint a different address set: it ramps again.
   void endpoint_moved(std::size_t ep, TimePoint now);
 
+  // Fleet quotas: the quota sync's two entry points, each a short critical
+  // section on the sync's own thread (src/quota, docs/algorithms.md).
+  /// Adds the tenant cost recorded since the last call to out[tenant][criticality].
+  void take_quota_usage(std::vector<core::TenantQuota::PerCriticality>& out);
+  /// Installs the fleet's view in the quota gate; v gets the previous one.
+  void set_fleet_view(core::TenantQuota::FleetView& v);
+
   bool limited() const noexcept { return limited_; }
   std::size_t available_endpoints() const;
 

@@ -61,7 +61,11 @@ awaitable<void> Http1Connection::run() {
     // connection waits with its read buffer; once parked (idle past a
     // second) it waits for readability alone and borrows a buffer then.
     if (!in_ || in_->empty()) {
-      w_.idle(*this, l_, now());
+      // A new connection waits for its first request without a buffer
+      // (most send at once; one that sends nothing costs nothing).
+      const bool fresh = served_ == 0;
+      if (fresh) parked_ = true;
+      w_.idle(*this, l_, now(), fresh);
       bool got = false;
       for (;;) {
         if (!parked_) {
@@ -100,7 +104,9 @@ awaitable<void> Http1Connection::run() {
       parked_ = parking_ = false;
       if (!got || expiring_) break;
     }
-    if (!co_await serve()) break;
+    const bool keep = co_await serve();
+    ++served_;
+    if (!keep) break;
     if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
   }
   if (linger_) co_await lingering_close();

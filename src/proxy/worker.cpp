@@ -109,7 +109,7 @@ void Worker::begin_drain() {
       a->close(ec);
     }
     for (auto& lists : idle_) {
-      for (TimedList* list : {&lists->hot, &lists->parked}) {
+      for (TimedList* list : {&lists->fresh, &lists->hot, &lists->parked}) {
         while (auto* h = list->front()) {
           h->unlink();
           static_cast<IdleConnection*>(h)->expire();
@@ -175,7 +175,10 @@ void Worker::put_read_buffer(std::unique_ptr<IoBuffer> b) {
   read_buffers_.push_back(std::move(b));
 }
 
-void Worker::idle(IdleConnection& c, const Listener& l, core::TimePoint since) { idle_[l.index]->hot.push(c, since); }
+void Worker::idle(IdleConnection& c, const Listener& l, core::TimePoint since, bool fresh) {
+  auto& lists = *idle_[l.index];
+  (fresh ? lists.fresh : lists.hot).push(c, since);
+}
 
 void Worker::close_idle(const Listener& l, std::size_t n) {
   auto& lists = *idle_[l.index];
@@ -213,10 +216,12 @@ void Worker::sweep() {
         break;
       }
     }
-    while (auto* h = lists.parked.front()) {
-      if (t - h->since() < timeout) break;
-      h->unlink();
-      static_cast<IdleConnection*>(h)->expire();
+    for (TimedList* list : {&lists.parked, &lists.fresh}) {
+      while (auto* h = list->front()) {
+        if (t - h->since() < timeout) break;
+        h->unlink();
+        static_cast<IdleConnection*>(h)->expire();
+      }
     }
   }
   while (auto* h = upstream_waits.front()) {

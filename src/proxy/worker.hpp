@@ -84,9 +84,11 @@ class Worker {
   void put_read_buffer(std::unique_ptr<IoBuffer> b);
 
   // Lists the sweep walks ------------------------------------------------------
-  /// An idle connection of listener l joins at the back.
-  void idle(IdleConnection& c, const Listener& l, core::TimePoint since);
-  /// Closes up to n idle connections of l, oldest first (near the cap).
+  /// An idle connection of listener l joins at the back. fresh: it has not
+  /// sent a request yet (it waits without a buffer, and is not an idle
+  /// keep-alive connection to close for room).
+  void idle(IdleConnection& c, const Listener& l, core::TimePoint since, bool fresh);
+  /// Closes up to n idle keep-alive connections of l, oldest first (near the cap).
   void close_idle(const Listener& l, std::size_t n);
   TimedList upstream_waits;  ///< exchanges waiting for a response head
 
@@ -100,7 +102,8 @@ class Worker {
   void arm_sweep();
 
   struct IdleLists {
-    TimedList hot;     ///< idle, still holding a read buffer
+    TimedList fresh;   ///< accepted, no request yet: no buffer
+    TimedList hot;     ///< idle after a request, still holding a read buffer
     TimedList parked;  ///< idle past park_after: no buffer
   };
   std::vector<std::unique_ptr<Acceptor>> acceptors_;

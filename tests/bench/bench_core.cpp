@@ -93,6 +93,22 @@ TEST_CASE("rejection cost", "[bench]") {
     now += 10us;
     return quota.admit(0, Criticality::Sheddable, now, true).retry_after.count();
   };
+  // The same with a fleet view (issue 16): local usage plus the others'.
+  TenantQuota fleet_quota{{}, {0.5, 4.0}};
+  TenantQuota::FleetView view;
+  view.remote_at_least.assign(2, {0.2, 0.2, 0.1, 0.0});
+  view.synced = true;
+  view.valid_until = now + 1h;
+  fleet_quota.set_fleet_view(view);
+  for (int k = 0; k < 1000; ++k) fleet_quota.record(0, Criticality::Sheddable, 0.01, now + std::chrono::milliseconds(k));
+  BENCHMARK("tenant-quota rejection with a fleet view") {
+    now += 10us;
+    return fleet_quota.admit(0, Criticality::Sheddable, now, true).retry_after.count();
+  };
+  BENCHMARK("tenant-quota admission with a fleet view") {
+    now += 10us;
+    return fleet_quota.admit(1, Criticality::Critical, now, true).status;
+  };
   SelfProtectionPolicy sp;
   const LoadLevels levels{bit(Criticality::Sheddable), 0};
   BENCHMARK("executor-load rejection (gate 1)") { return screen(sp, levels, Criticality::Sheddable).decision.status; };

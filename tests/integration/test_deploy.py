@@ -29,8 +29,10 @@ class Deploy(unittest.TestCase):
 
     def test_every_metric_used_exists(self):
         be = Backend(self)
+        # quota_sync to an address nothing listens on: its metrics exist (in fallback).
         lv = Levee(self, [cluster("app", [be.address])],
-                   extra={"tenants": {"quotas": {"default": 1.0}}})
+                   extra={"tenants": {"quotas": {"default": 1.0}},
+                          "quota_sync": {"enabled": True, "redis": {"address": "127.0.0.1:1"}}})
         for _ in range(3):
             lv.request("GET", "/")
         lv.request("GET", "/", headers={"x-criticality": "bad"})

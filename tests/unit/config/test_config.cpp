@@ -186,3 +186,76 @@ TEST_CASE("routes are named after their listener and place unless named, and nam
   REQUIRE_FALSE(d.ok());
   CHECK(d.errors[0].path == "listeners[0].routes[1].name");
 }
+
+TEST_CASE("quota_sync: off by default, modes, defaults and errors with their place", "[config][quota_sync]") {
+  {
+    auto r = load_string(kMinimal, "t.yaml");
+    REQUIRE(r.ok());
+    CHECK_FALSE(r.config->quota_sync.enabled);
+  }
+  const std::string quotas = "tenants:\n  quotas: {default: 0.5, gold: 2}\n";
+  {
+    auto r = load_string(std::string(kMinimal) + quotas + R"(
+quota_sync:
+  enabled: true
+  redis: {address: "127.0.0.1:6379", password: s3cret, username: levee, database: 2,
+          tls: {enabled: true, ca_file: /etc/ca.pem, cert_file: c.pem, key_file: k.pem}}
+  max_instances: 20
+)", "t.yaml");
+    for (auto& e : r.errors) INFO(e.format());
+    REQUIRE(r.ok());
+    const auto& q = r.config->quota_sync;
+    CHECK(q.enabled);
+    CHECK(q.redis.mode == RedisConfig::Mode::Standalone);
+    REQUIRE(q.redis.addresses.size() == 1);
+    CHECK(q.redis.addresses[0].port == 6379);
+    CHECK(q.redis.username == "levee");
+    CHECK(q.redis.database == 2);
+    CHECK(q.redis.tls.enabled);
+    CHECK(q.redis.tls.verify);
+    CHECK(q.interval == std::chrono::milliseconds(200));
+    CHECK(q.bucket == std::chrono::seconds(1));
+    CHECK(q.redis.timeout == std::chrono::milliseconds(100));
+    CHECK(q.max_instances == 20);
+    CHECK(q.key_prefix == "levee");
+    CHECK(q.fleet == "default");
+  }
+  {
+    auto r = load_string(std::string(kMinimal) + quotas + R"(
+quota_sync:
+  enabled: true
+  redis: {mode: sentinel, sentinels: ["10.0.0.1:26379", "10.0.0.2:26379"], master_name: quota}
+)", "t.yaml");
+    REQUIRE(r.ok());
+    CHECK(r.config->quota_sync.redis.mode == RedisConfig::Mode::Sentinel);
+    CHECK(r.config->quota_sync.redis.addresses.size() == 2);
+  }
+  auto e = errors_of(std::string(kMinimal) + quotas + R"(
+quota_sync:
+  enabled: true
+  redis: {mode: sentinel, address: "127.0.0.1:6379", username: u}
+  fleet: "a{b}"
+  interval: 50ms
+  member_ttl: 100ms
+)");
+  CHECK(e.find("quota_sync.redis.address: is not used in this mode (sentinels is)") != std::string::npos);
+  CHECK(e.find("quota_sync.redis.sentinels: is required") != std::string::npos);
+  CHECK(e.find("quota_sync.redis.master_name: is required in sentinel mode") != std::string::npos);
+  CHECK(e.find("quota_sync.redis.password: is required with username") != std::string::npos);
+  CHECK(e.find("quota_sync.fleet: must be a non-empty name without braces") != std::string::npos);
+  CHECK(e.find("quota_sync.member_ttl: must be at least 3 x interval") != std::string::npos);
+  CHECK(e.find("quota_sync.redis.timeout: must not exceed interval") != std::string::npos);
+  CHECK(e.find("t.yaml:") != std::string::npos);
+  auto e2 = errors_of(std::string(kMinimal) + R"(
+quota_sync:
+  enabled: true
+  redis: {mode: cluster, nodes: ["127.0.0.1:7000"], database: 1, tls: {cert_file: c.pem}}
+  bucket: 20s
+)");
+  CHECK(e2.find("quota_sync.enabled: needs tenants.quotas") != std::string::npos);
+  CHECK(e2.find("quota_sync.redis.database: must be 0 with Redis Cluster") != std::string::npos);
+  CHECK(e2.find("quota_sync.redis.tls.key_file: cert_file and key_file go together") != std::string::npos);
+  CHECK(e2.find("quota_sync.bucket: must not exceed tenants.window") != std::string::npos);
+  // Lines and columns point at the offending key.
+  CHECK(e2.find("t.yaml:13:11: quota_sync.bucket") != std::string::npos);
+}
