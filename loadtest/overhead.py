@@ -132,7 +132,7 @@ http {{ access_log off; keepalive_requests 1000000;
                 f.write(haproxy_cfg(port, be, log))
             out = open(os.path.join(procs.dir, name + "-access.log"), "w")
             procs.items.append((name, subprocess.Popen(pin("0") + [haproxy, "-f", cfg], stdout=out,
-                                                       stderr=subprocess.DEVNULL)))
+                                                       stderr=subprocess.DEVNULL, start_new_session=True)))
             ports[name] = port
         for name, log in (("nginx", False), ("nginx-log", True)):
             if want and name not in want:

@@ -79,14 +79,19 @@ class Procs:
 
     def start(self, args, name):
         log = open(os.path.join(self.dir, name + ".log"), "w")
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        # Its own process group: stop() ends what it forks too (a killed
+        # nginx master leaves its workers running otherwise).
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.items.append((name, p))
         return p
 
     def stop(self):
         for name, p in reversed(self.items):
             if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 p.wait()
         self.items = []
         if os.environ.get("LEVEE_BENCH_KEEP"):

@@ -104,6 +104,7 @@ struct Verdict {
   Decision decision{};               ///< the rejection, when Rejected
   Gate gate = Gate::None;            ///< the gate that rejected or queued
   QueueGate::Ticket ticket = QueueGate::kNoTicket;  ///< when Queued
+  TimePoint expires{};               ///< when Queued: the gate drops it then (the waiter's give-up time)
   bool permit = false;               ///< Granted holding a permit of the limit (to release)
   std::uint32_t in_flight = 0;       ///< in flight once granted: the latency sample's context
   Reason dry_run = Reason::None;     ///< a dry-run gate would have refused with this
@@ -265,6 +266,7 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
         v.kind = Verdict::Kind::Queued;
         v.gate = Gate::Queue;
         v.ticket = q.ticket;
+        v.expires = q.expires;
         return v;
       }
       gate_.cancel(q.ticket, a.now);
@@ -284,7 +286,7 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
   // for the estimates.
   if (v.dry_run == Reason::None)
     v.dry_run = q.outcome == QueueGate::Outcome::Queued ? Reason::QueueWait : q.decision.reason;
-  gate_.force_acquire();
+  gate_.force_acquire(a.now);
   v.permit = true;
   v.in_flight = gate_.in_flight();
   return v;

@@ -1,6 +1,7 @@
 #include "core/queue_gate.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace levee::core {
 
@@ -10,21 +11,21 @@ QueueGate::QueueGate(QueueConfig q, ConcurrencyLimitConfig l)
       nodes_(std::max<std::uint32_t>(1, q.max)),
       queue_time_(q.codel_interval * 10),
       departures_(q.drain_window, 10),
-      grants_(q.drain_window, 10) {
+      grants_(q.drain_window, 10),
+      arrivals_(q.drain_window, 10) {
   // Thread the free list through the slab once; nothing allocates after this.
   for (std::uint32_t i = 0; i + 1 < nodes_.size(); ++i) nodes_[i].next = i + 1;
   nodes_.back().next = kNil;
   free_ = 0;
 }
 
-std::uint32_t QueueGate::push(TimePoint now, std::size_t ln, TimePoint deadline,
-                              std::uint64_t cookie) {
+std::uint32_t QueueGate::push(TimePoint now, std::size_t ln, TimePoint deadline, std::uint64_t cookie,
+                              Duration grace) {
   std::uint32_t i = free_;
   Node& n = nodes_[i];
   free_ = n.next;
   n.enqueued = now;
   n.deadline = deadline;
-  const auto grace = std::chrono::duration_cast<Duration>(cfg_.target * std::max(1.0, cfg_.max_wait_factor));
   n.expires = std::min(deadline, now + grace);
   n.cookie = cookie;
   n.lane = static_cast<std::uint8_t>(ln);
@@ -86,7 +87,84 @@ bool QueueGate::cancel(Ticket t, TimePoint now) noexcept {
   return true;
 }
 
+void QueueGate::push_start(TimePoint t) {
+  if (starts_size_ == starts_.size()) {
+    // Grow (rare: the limit rose): unroll the ring into a larger one.
+    std::vector<TimePoint> next(std::max<std::size_t>(64, starts_.size() * 2));
+    for (std::size_t k = 0; k < starts_size_; ++k) next[k] = starts_[(starts_head_ + k) % starts_.size()];
+    starts_ = std::move(next);
+    starts_head_ = 0;
+  }
+  starts_[(starts_head_ + starts_size_) % starts_.size()] = t;
+  ++starts_size_;
+}
+
+void QueueGate::pop_start(TimePoint now) noexcept {
+  if (starts_size_ == 0) return;
+  const TimePoint oldest = starts_[starts_head_];
+  starts_head_ = (starts_head_ + 1) % starts_.size();
+  --starts_size_;
+  hold_.update_weighted(to_seconds(std::max(Duration::zero(), now - oldest)), 0.05);
+}
+
+Duration QueueGate::time_until_release(TimePoint now, std::uint32_t r) const noexcept {
+  if (r == 0 || starts_size_ == 0 || !hold_.initialized()) return Duration::zero();
+  const Duration hold = from_seconds(hold_.value());
+  const std::size_t n = starts_size_;
+  const std::size_t idx = (r - 1) % n;
+  const auto rounds = static_cast<std::int64_t>((r - 1) / n);
+  // A permit held past the hold time is overdue: it comes back any moment.
+  const TimePoint first = std::max(starts_[(starts_head_ + idx) % starts_.size()] + hold, now);
+  return first + hold * rounds - now;
+}
+
+QueueGate::Outlook QueueGate::outlook(TimePoint now, std::uint32_t ahead, std::size_t ln, TimePoint deadline) noexcept {
+  const Duration left = deadline - now;
+  if (!hold_.initialized()) {
+    // No permit has come back yet: the drain rate is all there is.
+    const Duration wait = estimate_wait(now, ahead + 1, ln);
+    return {wait, std::min(cfg_.target, left), cfg_.target};
+  }
+  const Duration hold = from_seconds(hold_.value());
+  const std::uint32_t over = in_flight_ > limit() ? in_flight_ - limit() : 0;
+  const double drain = drain_rate(now);
+  // What the classes above take meanwhile: they arrive at rate a (their
+  // recent arrivals) and go ahead, so a request that needs `base` releases
+  // needs base + a w of them, w its wait. With releases at rate mu after
+  // the first (at t1), w = (t1 + (base - 1) / mu) / (1 - a / mu); the
+  // releases that makes are then placed on the permits' own schedule. A
+  // class is starved only while the ones above ask for (nearly) all of it:
+  // a is held below 98% of mu.
+  const std::uint32_t base = over + ahead + 1;
+  double r = base;
+  if (ln + 1 < kLanes && drain > 0) {
+    const double span = to_seconds(arrivals_.span(now, std::chrono::milliseconds(1)));
+    const double a = span > 0 ? std::min(0.98 * drain, arrivals_.sum(now, ln + 1, kLanes - 1) / span) : 0.0;
+    const double t1 = to_seconds(time_until_release(now, over + 1));
+    const double w = (t1 + static_cast<double>(base - 1) / drain) / (1.0 - a / drain);
+    r += a * w;
+  }
+  const Duration wait = time_until_release(now, static_cast<std::uint32_t>(std::min(1e9, std::ceil(r))));
+  // Dropped from the queue if it waits far longer than foreseen: twice the
+  // larger of its estimate and the target budget (a backend that stopped
+  // answering must not hold it to its deadline).
+  Duration grace = std::max(wait, hold + cfg_.target);
+  // A class that, with the classes above it, asks for less than the
+  // cluster drains is never refused for lack of capacity: only its deadline
+  // bounds its wait. The demand is n arrivals over the window; a count
+  // that is two standard deviations (2 sqrt(n), Poisson) from fitting is
+  // taken to fit, so a low-rate class is not refused for a burst of noise,
+  // and 10% of margin covers the drain rate being an estimate too (a
+  // class exactly at capacity starves what is below it, so it must not
+  // read as fitting).
+  const double span = to_seconds(arrivals_.span(now, std::chrono::milliseconds(1)));
+  const double n = arrivals_.sum(now, ln, kLanes - 1);
+  if (span > 0 && (n - 2.0 * std::sqrt(n)) / span < 0.9 * drain) return {wait, left, left};
+  return {wait, std::min(2 * hold + cfg_.target, left), grace};
+}
+
 void QueueGate::note_grant(TimePoint now, Duration sojourn, std::size_t ln) noexcept {
+  push_start(now);
   limit_.on_start(now);
   grants_.add(now, ln, 1.0);
   min_sojourn_ = std::min(min_sojourn_, sojourn);

@@ -3,14 +3,34 @@
 //
 //  * At most limit() requests are in flight; the rest wait, most critical
 //    first, FIFO within a criticality.
-//  * On arrival the wait is estimated as (entries served before this one,
-//    plus its own turn) / (smoothed drain rate). If that exceeds the
-//    request's remaining deadline or the queue-time target, the request is
-//    rejected at once (503 + Retry-After), instead of rotting in the queue
-//    and failing later. An admitted entry is dropped only if it waits past
-//    `max_wait_factor` x target (or its deadline): the arrival decision is
-//    the one meant to hold, and estimation noise must not turn it into a
-//    late rejection after a wasted wait.
+//  * On arrival the wait is estimated as the time until the permit this
+//    request will get comes back: with r = (permits over the limit) +
+//    (entries served before it) + its own turn + (what the classes above it
+//    will take meanwhile), the r-th permit release from now. Releases are
+//    predicted from the permits' own start times and the smoothed time a
+//    permit is held: the oldest permit comes back first, and each permit
+//    comes back every hold time after. A backend with long service times
+//    frees permits in bursts, not smoothly, and this sees the bursts.
+//    (Before any permit has come back, entries / drain rate stands in.)
+//  * The budget for that wait is the request's remaining deadline. While
+//    the demand of its class and the classes above it (their arrivals over
+//    the last drain window) is below what the cluster drains, that is all:
+//    such a class is never refused for lack of capacity, however long its
+//    backend takes per request. Otherwise the budget is also two hold times
+//    plus the queue-time target: waiting for permits to come back is the
+//    inherent wait of a backend at its limit (with long service times they
+//    come back a hold time apart, in bursts), not a queue rotting; and two
+//    permit cycles' worth of the class at the margin keeps one waiting
+//    whenever a permit frees, so it goes to that class and not to one
+//    below it that happens to arrive as it frees.
+//    (The hold time, not the time to the next release: a budget that jumps
+//    at every release would let the same state refuse one class and admit
+//    the class below it a moment later.) Over budget, the request is rejected
+//    at once (503 + Retry-After), instead of failing later. An admitted
+//    entry is dropped only if it waits past `max_wait_factor` x the larger
+//    of its estimated wait and (hold time + target), or past its deadline:
+//    the arrival decision is the one meant to hold, and estimation noise
+//    must not turn it into a late rejection after a wasted wait.
 //  * A silence is information: while permits are held and none has come
 //    back for time T, the drain rate is at most in_flight / T. So a cold
 //    start or a backend that hangs shows up in the estimate at once, and
@@ -76,6 +96,7 @@ class QueueGate {
     Ticket ticket = kNoTicket;
     Decision decision{};
     Duration estimated_wait{};
+    TimePoint expires{};  ///< a queued entry is dropped at this time (its give-up time)
   };
 
   /// What a sink receives for a queued entry that leaves the queue.
@@ -120,7 +141,10 @@ class QueueGate {
 
   /// Takes a permit regardless of the limit (dry-run mode: the request goes
   /// through, and in-flight stays truthful for the estimates).
-  void force_acquire() noexcept { ++in_flight_; }
+  void force_acquire(TimePoint now) {
+    ++in_flight_;
+    push_start(now);
+  }
 
   // --- observability -------------------------------------------------------
   std::uint32_t in_flight() const noexcept { return in_flight_; }
@@ -147,6 +171,11 @@ class QueueGate {
   Duration queue_time() const noexcept { return from_seconds(queue_time_.value()); }
   /// Permits returned per second, smoothed.
   double drain_rate(TimePoint now) noexcept;
+  /// Smoothed time a permit is held, grant to release (0 before any release).
+  Duration hold_time() const noexcept { return hold_.initialized() ? from_seconds(hold_.value()) : Duration::zero(); }
+  /// Time from now until the r-th permit release (r >= 1), from the
+  /// permits' start times and the hold time.
+  Duration time_until_release(TimePoint now, std::uint32_t r) const noexcept;
   const ConcurrencyLimit& limiter() const noexcept { return limit_; }
   const QueueConfig& config() const noexcept { return cfg_; }
 
@@ -178,15 +207,25 @@ class QueueGate {
   static Ticket make_ticket(std::uint32_t idx, std::uint32_t gen) noexcept {
     return (static_cast<Ticket>(gen) << 32) | idx;
   }
-  std::uint32_t push(TimePoint now, std::size_t lane, TimePoint deadline, std::uint64_t cookie);
+  std::uint32_t push(TimePoint now, std::size_t lane, TimePoint deadline, std::uint64_t cookie, Duration grace);
   void unlink(std::uint32_t i) noexcept;
   void roll_codel(TimePoint now) noexcept;
   void note_grant(TimePoint now, Duration sojourn, std::size_t lane) noexcept;
   Wake drop(std::uint32_t i, TimePoint now) noexcept;
   Wake grant(std::uint32_t i, TimePoint now) noexcept;
   Duration estimate_wait(TimePoint now, std::uint32_t ahead) noexcept;
-  /// Wait for a lane: the drain rate left after the lanes above it.
+  /// Wait for a lane: the drain rate left after the lanes above it (the
+  /// estimate while no permit has come back yet).
   Duration estimate_wait(TimePoint now, std::uint32_t ahead, std::size_t lane) noexcept;
+  /// An arrival's wait and budget (see the top of this file).
+  struct Outlook {
+    Duration wait;
+    Duration budget;  ///< refused at arrival when wait > budget
+    Duration grace;   ///< queued: dropped after max_wait_factor x grace
+  };
+  Outlook outlook(TimePoint now, std::uint32_t ahead, std::size_t lane, TimePoint deadline) noexcept;
+  void push_start(TimePoint t);
+  void pop_start(TimePoint now) noexcept;
 
   QueueConfig cfg_;
   ConcurrencyLimit limit_;
@@ -204,8 +243,15 @@ class QueueGate {
 
   Ewma queue_time_;
   Ewma latency_;
+  Ewma hold_;  ///< seconds a permit is held, per release
+  /// Start times of the permits in flight, oldest first (a ring): the
+  /// oldest is taken to come back first.
+  std::vector<TimePoint> starts_;
+  std::size_t starts_head_ = 0;
+  std::size_t starts_size_ = 0;
   SlidingWindow<1> departures_;
   SlidingWindow<kLanes> grants_;
+  SlidingWindow<kLanes> arrivals_;  ///< every arrival, by lane: the demand
   TimePoint last_departure_{};  ///< or the start of the current busy period
 };
 
@@ -215,10 +261,11 @@ template <typename Sink>
 QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie,
                                      Sink&& sink, bool over_quota) {
   pump(now, sink);
+  const std::size_t ln = lane(c, over_quota);
+  arrivals_.add(now, ln, 1.0);
   if (deadline <= now) {
     return {Outcome::Rejected, kNoTicket, Decision::reject(Reason::Deadline, Duration::zero()), {}};
   }
-  const std::size_t ln = lane(c, over_quota);
   if (in_flight_ < limit() && (!over_quota || depth_ == 0)) {
     // pump() left free slots only if the queue is empty.
     if (in_flight_ == 0) last_departure_ = now;  // a busy period starts
@@ -229,8 +276,9 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
   std::uint32_t ahead = 0;
   for (std::size_t k = ln + 1; k < kLanes; ++k) ahead += lists_[k].size;
   if (!lifo()) ahead += lists_[ln].size;
-  const Duration wait = estimate_wait(now, ahead + 1, ln);
-  const Duration budget = std::min(cfg_.target, deadline - now);
+  const Outlook o = outlook(now, ahead, ln, deadline);
+  const Duration wait = o.wait;
+  const Duration budget = o.budget;
   if (wait > budget) {
     // Retry once the queue in front has drained.
     Duration drain = estimate_wait(now, depth_);
@@ -253,13 +301,19 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
     w.decision = Decision::reject(Reason::QueueFull, estimate_wait(now, depth_));
     sink(w);
   }
-  std::uint32_t i = push(now, ln, deadline, cookie);
-  return {Outcome::Queued, make_ticket(i, nodes_[i].gen), Decision::admit(), wait};
+  // The give-up time, saturating: a far deadline must not overflow it.
+  const double factor = std::max(1.0, cfg_.max_wait_factor);
+  const Duration grace = to_seconds(o.grace) * factor >= to_seconds(deadline - now)
+                             ? deadline - now
+                             : from_seconds(to_seconds(o.grace) * factor);
+  std::uint32_t i = push(now, ln, deadline, cookie, grace);
+  return {Outcome::Queued, make_ticket(i, nodes_[i].gen), Decision::admit(), wait, nodes_[i].expires};
 }
 
 template <typename Sink>
 void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
   if (in_flight_ > 0) --in_flight_;
+  pop_start(now);
   departures_.add(now, 0, 1.0);
   last_departure_ = now;
   if (sample != nullptr) {

@@ -59,12 +59,17 @@ class SlidingWindow {
   /// Never shorter than one bucket by default: a rate over a sliver of time
   /// is noise. A caller that guards against noise itself (a minimum count)
   /// may pass a shorter floor: see QueueGate::drain_rate.
+  /// The time a sum covers: the full buckets behind the current one plus
+  /// the part of the current one that has passed (a rate over the nominal
+  /// window would read low by up to a bucket).
   Duration span(TimePoint now) const noexcept { return span(now, width_); }
   Duration span(TimePoint now, Duration floor) const noexcept {
-    Duration full = width_ * static_cast<std::int64_t>(buckets_.size());
+    const Duration full = width_ * static_cast<std::int64_t>(buckets_.size());
+    const Duration in_bucket = now.time_since_epoch() - width_ * (now.time_since_epoch() / width_);
+    const Duration covered = full - width_ + in_bucket;
     if (!started_) return full;
-    Duration since = now - start_;
-    return std::clamp(since, std::min(floor, full), full);
+    const Duration since = now - start_;
+    return std::clamp(since, std::min(floor, covered), covered);
   }
 
   Duration window() const noexcept { return width_ * static_cast<std::int64_t>(buckets_.size()); }

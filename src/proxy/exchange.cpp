@@ -211,7 +211,7 @@ awaitable<bool> Exchange::admit() {
     co_return false;
   }
   if (v.queued()) {
-    if (!co_await wait_in_queue(v.ticket)) co_return false;
+    if (!co_await wait_in_queue(v.ticket, v.expires)) co_return false;
   } else {
     if (v.permit) permit_ = Permit(cluster_);
     in_flight_at_start_ = v.in_flight;
@@ -239,13 +239,10 @@ awaitable<bool> Exchange::wait_for_fuse(Fuse& f) {
   co_return false;
 }
 
-awaitable<bool> Exchange::wait_in_queue(core::QueueGate::Ticket t) {
-  // The gate drops entries past their deadline or their maximum wait when
-  // it next looks; the give-up time makes sure we look even if nothing
-  // else happens.
-  const auto& qc = cluster_->cfg.admission.queue;
-  const auto grace = std::chrono::duration_cast<core::Duration>(qc.target * std::max(1.0, qc.max_wait_factor));
-  const TimePoint give_up = std::min(cls_.deadline, rec_.start + grace) + std::chrono::milliseconds(1);
+awaitable<bool> Exchange::wait_in_queue(core::QueueGate::Ticket t, TimePoint expires) {
+  // The gate drops entries past their give-up time when it next looks; the
+  // timer makes sure we look even if nothing else happens.
+  const TimePoint give_up = std::min(cls_.deadline, expires) + std::chrono::milliseconds(1);
   const auto end = co_await wait_.wait(rec_.start, give_up);
   if (end != AdmissionWait::End::Woken) {
     if (cluster_->cancel(t, now())) {

@@ -62,7 +62,7 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   /// Gate 1, the fuse, gates 2-4 and the queue wait. False: answered.
   awaitable<bool> admit();
   awaitable<bool> wait_for_fuse(Fuse& f);
-  awaitable<bool> wait_in_queue(core::QueueGate::Ticket t);
+  awaitable<bool> wait_in_queue(core::QueueGate::Ticket t, core::TimePoint expires);
   /// Attempts and the response.
   awaitable<bool> forward();
   struct Attempt;

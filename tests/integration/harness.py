@@ -59,7 +59,9 @@ class Proc:
     def __init__(self, args, name, env=None):
         self.name = name
         self.log = tempfile.NamedTemporaryFile(prefix=f"levee-test-{name}-", suffix=".log", delete=False)
-        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        # Its own process group, so that stop() also ends what it forks
+        # (nginx's workers outlive a killed master otherwise).
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def output(self):
         self.log.flush()
@@ -78,7 +80,8 @@ class Proc:
 
     def stop(self):
         if self.alive():
-            self.p.send_signal(signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.p.pid, signal.SIGKILL)
             self.p.wait(timeout=5)
         self.log.close()
         if os.path.exists(self.log.name):

@@ -106,6 +106,7 @@ struct PipelineSim {
   std::array<Counts, core::kCriticalityCount> by_crit{};
   std::map<core::TenantId, Counts> by_tenant;
   std::uint64_t backend_started = 0;
+  std::uint64_t releases = 0;  ///< permits returned so far
   /// Called for every outcome: (job, served within deadline).
   std::function<void(const Job&, bool)> on_outcome;
 
@@ -159,6 +160,7 @@ struct PipelineSim {
     core::QueueGate::Sample s{clk.now - j.sent, j.inflight, false};
     adm.on_attempt({clk.now, j.crit, j.tenant, core::Answer::Accepted, std::nullopt, std::nullopt});
     adm.release(clk.now, &s, sink());
+    ++releases;
     if (!backlog.empty()) {
       Job n = backlog.front();
       backlog.pop_front();

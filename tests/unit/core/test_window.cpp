@@ -1,4 +1,6 @@
 #include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <deque>
 
@@ -91,5 +93,23 @@ TEST_CASE("span grows to the window and not beyond", "[window]") {
   clk.advance(3s);
   CHECK(w.span(clk.now) == 3s);
   clk.advance(1h);
-  CHECK(w.span(clk.now) == 10s);
+  // A full window's sum covers the buckets behind the current one and the
+  // part of the current one that has passed: 9 s at a bucket's start...
+  CHECK(w.span(clk.now) == 9s);
+  // ... 9.5 s half way through it, never the whole 10 s of the window.
+  clk.advance(500ms);
+  CHECK(w.span(clk.now) == 9500ms);
+  // So a steady rate reads as itself at every moment, not 10% low.
+  SlidingWindow<1> r(1s, 10);
+  SimClock c2;
+  for (int i = 0; i < 2000; ++i) {
+    c2.advance(1ms);
+    r.add(c2.now, 0, 1.0);
+  }
+  for (int k = 0; k < 10; ++k) {
+    c2.advance(37ms);
+    for (int i = 0; i < 37; ++i) r.add(c2.now, 0, 1.0);
+    const double rate = r.sum(c2.now, 0) / to_seconds(r.span(c2.now));
+    CHECK(std::abs(rate - 1000.0) < 40.0);
+  }
 }
