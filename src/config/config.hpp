@@ -182,6 +182,8 @@ struct ThrottleSettings {
   double k = 2.0;
   Duration window = 2min;
   double min_requests = 20;  ///< no local rejection below this many requests per window
+  double max_probability = 0.9;     ///< at least the rest always reaches the backend
+  std::uint32_t recovery_run = 10;  ///< accepted in a row that end a refusal at once (0: never)
 };
 
 struct QueueSettings {

@@ -18,9 +18,23 @@
 // gives p = 1/2. So nothing is rejected until the window has seen
 // `min_requests` requests of that criticality (as Envoy's admission control
 // waits for an RPS threshold).
+//
+// Recovery. Over a long window the formula keeps a recovered backend down:
+// with local rejections counted as requests, the share let through can
+// grow only by a factor K per window (a 20 s outage became minutes of
+// refusals at 2 minutes). So:
+//  - the probability is capped (max_probability, 0.9): at least 10% of
+//    requests always reach the backend as probes, whatever the history;
+//  - a run of `recovery_run` accepted attempts in a row (10: at 10% of
+//    even 100 req/s, a tenth of a second) clears the criticality's window,
+//    so what the probes see ends the refusal at once. A backend that still
+//    fails seldom answers ten in a row (at a 30% accept rate, 1 in 170,000),
+//    and one that does is back under the formula after min_requests more.
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 
 #include "core/criticality.hpp"
 #include "core/decision.hpp"
@@ -33,6 +47,8 @@ struct ThrottleConfig {
   Duration window = std::chrono::minutes(2);
   std::size_t buckets = 60;
   double min_requests = 20;
+  double max_probability = 0.9;       ///< the rest always reaches the backend
+  std::uint32_t recovery_run = 10;    ///< accepted in a row that clear the history (0: never)
   Duration retry_after = std::chrono::seconds(1);
 };
 
@@ -46,7 +62,7 @@ class AdaptiveThrottle {
     double req = requests_.sum(now, index(c));
     if (req < cfg_.min_requests) return 0.0;
     double acc = accepts_.sum(now, index(c));
-    return std::max(0.0, (req - cfg_.k * acc) / (req + 1.0));
+    return std::clamp((req - cfg_.k * acc) / (req + 1.0), 0.0, cfg_.max_probability);
   }
 
   /// Decides with the injected uniform draw u in [0,1); a rejection counts
@@ -64,8 +80,20 @@ class AdaptiveThrottle {
   /// rejected it for overload (429/503 or an overload marker), failed to
   /// answer (connect failure, timeout).
   void on_response(Criticality c, TimePoint now, bool accepted) noexcept {
+    auto& run = runs_[index(c)];
+    if (!accepted) {
+      run = 0;
+      requests_.add(now, index(c), 1.0);
+      return;
+    }
+    if (cfg_.recovery_run > 0 && ++run >= cfg_.recovery_run && probability(c, now) > 0) {
+      // The backend takes work again: what it refused before is history.
+      requests_.clear_lane(index(c));
+      accepts_.clear_lane(index(c));
+      run = 0;
+    }
     requests_.add(now, index(c), 1.0);
-    if (accepted) accepts_.add(now, index(c), 1.0);
+    accepts_.add(now, index(c), 1.0);
   }
 
   double requests(Criticality c, TimePoint now) noexcept { return requests_.sum(now, index(c)); }
@@ -76,6 +104,7 @@ class AdaptiveThrottle {
   ThrottleConfig cfg_;
   SlidingWindow<kCriticalityCount> requests_;
   SlidingWindow<kCriticalityCount> accepts_;
+  std::array<std::uint32_t, kCriticalityCount> runs_{};  ///< accepted in a row, by criticality
 };
 
 }  // namespace levee::core

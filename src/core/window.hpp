@@ -94,6 +94,12 @@ class SlidingWindow {
     return TimePoint{width_ * (head_ + n)} - now;
   }
 
+  /// Empties one lane (the others keep their history).
+  void clear_lane(std::size_t lane) noexcept {
+    for (auto& b : buckets_) b[lane] = 0.0;
+    totals_[lane] = 0.0;
+  }
+
   void clear() noexcept {
     for (auto& b : buckets_) b.fill(0.0);
     totals_.fill(0.0);

@@ -233,6 +233,7 @@ TEST_CASE("CRITICAL_PLUS at half the capacity is served whole at any service tim
 
 TEST_CASE("at 5x overload the pipeline keeps goodput at capacity and CRITICAL_PLUS whole", "[admission][sim]") {
   AdmissionConfig c;  // the shipped defaults: adaptive limit, 50 ms queue target
+  c.limit.adaptive = true;
   PipelineSim sim(c, 10, [](const PipelineSim::Job&) { return Duration(10ms); });
   // 10% CRITICAL_PLUS (half the capacity), the rest spread below it.
   auto pick = [](Rng& r) {

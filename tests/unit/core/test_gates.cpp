@@ -1,6 +1,8 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 
+#include <vector>
+
 #include "core/executor_load.hpp"
 #include "core/retry_budget.hpp"
 #include "core/tenant_quota.hpp"
@@ -83,7 +85,9 @@ TEST_CASE("throttle stays quiet below its minimum volume", "[throttle]") {
   }
   CHECK(t.probability(Criticality::Critical, clk.now) == 0.0);
   t.on_response(Criticality::Critical, clk.now, false);
-  CHECK(t.probability(Criticality::Critical, clk.now) > 0.9);  // 20 attempts, no accepts
+  // 20 attempts, no accepts: the formula says 20/21, the cap holds it at
+  // 0.9 so that probes keep reaching the backend.
+  CHECK(t.probability(Criticality::Critical, clk.now) == t.config().max_probability);
 }
 
 TEST_CASE("requests shed by later local gates do not count against the backend", "[throttle]") {
@@ -112,10 +116,111 @@ TEST_CASE("throttle forgets after its window", "[throttle]") {
   AdaptiveThrottle t;
   SimClock clk;
   for (int i = 0; i < 1000; ++i) t.on_response(Criticality::Critical, clk.now, false);
-  CHECK(t.probability(Criticality::Critical, clk.now) > 0.99);
+  CHECK(t.probability(Criticality::Critical, clk.now) == t.config().max_probability);
   clk.advance(24h);
   CHECK(t.probability(Criticality::Critical, clk.now) == 0.0);
   CHECK(t.requests(Criticality::Critical, clk.now) == 0.0);
+}
+
+namespace {
+/// 190 requests a second through the throttle to a backend that accepts
+/// what `accepts(t)` says; returns, per 100 ms, the share of offered
+/// requests that reached the backend and the share it accepted.
+struct ThrottleRun {
+  std::vector<double> reached, accepted;
+  double sent = 0, ok = 0;
+};
+template <typename Accepts>
+ThrottleRun drive(AdaptiveThrottle& t, SimClock& clk, Rng& rng, Duration span, Accepts&& accepts) {
+  ThrottleRun r;
+  const Duration gap = Duration(1s) / 190;
+  int in_slice = 0, reached = 0, ok = 0;
+  for (Duration d{}; d < span; d += gap) {
+    clk.advance(gap);
+    ++in_slice;
+    if (t.admit(Criticality::Critical, clk.now, rng.u()).admitted()) {
+      const bool a = accepts(clk.now, rng);
+      t.on_response(Criticality::Critical, clk.now, a);
+      ++reached;
+      r.sent += 1;
+      if (a) {
+        ++ok;
+        r.ok += 1;
+      }
+    }
+    if (in_slice == 19) {
+      r.reached.push_back(reached / 19.0);
+      r.accepted.push_back(ok / 19.0);
+      in_slice = reached = ok = 0;
+    }
+  }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("the throttle lets a recovered backend back in within a second", "[throttle][recovery]") {
+  // The shipped defaults: K = 2, a 2-minute window. One backend answers 503
+  // to everything for 20 s, then is healthy again (before the cap and the
+  // recovery run, 93% was still refused 280 s later).
+  // Twice: levee starting into the outage, and an outage after 5 s healthy.
+  for (Duration healthy : {Duration::zero(), Duration(5s)}) {
+    AdaptiveThrottle t;
+    SimClock clk;
+    Rng rng(11);
+    drive(t, clk, rng, healthy, [](TimePoint, Rng&) { return true; });
+    const auto down = drive(t, clk, rng, 20s, [](TimePoint, Rng&) { return false; });
+    // Started into the outage, the window holds only refusals: the backend
+    // gets the probes the cap lets through (10%), and little more. (After
+    // 5 s healthy it keeps getting up to K x what it accepted in them.)
+    double probes = 0;
+    for (std::size_t i = down.reached.size() - 100; i < down.reached.size(); ++i) probes += down.reached[i] / 100;
+    INFO("healthy first for " << to_seconds(healthy) << " s; probes " << probes);
+    CHECK(probes > 0.06);
+    if (healthy == Duration::zero()) CHECK(probes < 0.16);
+    const auto up = drive(t, clk, rng, 10s, [](TimePoint, Rng&) { return true; });
+    // Within 1 s of the recovery, every 100 ms slice after it passes >= 90%.
+    std::size_t first_good = up.reached.size();
+    for (std::size_t i = 0; i < up.reached.size(); ++i) {
+      bool all_after = true;
+      for (std::size_t j = i; j < up.reached.size(); ++j) all_after = all_after && up.reached[j] >= 0.9;
+      if (all_after) {
+        first_good = i;
+        break;
+      }
+    }
+    INFO("slices of 100 ms until >= 90% passes for good: " << first_good);
+    CHECK(first_good <= 10);
+  }
+}
+
+TEST_CASE("a backend that keeps refusing gets about K times what it accepts", "[throttle][recovery]") {
+  // It accepts 10 of the 190 a second and refuses the rest: K = 2 lets
+  // about 20 a second reach it, not 190; the recovery run (10 accepted in
+  // a row) almost never happens at a 10/20 accept ratio... and when it does,
+  // the window refills within min_requests.
+  AdaptiveThrottle t;
+  SimClock clk;
+  Rng rng(12);
+  double budget = 0;
+  TimePoint last{};
+  auto capacity_10 = [&](TimePoint now, Rng&) {
+    budget = std::min(5.0, budget + to_seconds(now - last) * 10.0);
+    last = now;
+    if (budget >= 1.0) {
+      budget -= 1.0;
+      return true;
+    }
+    return false;
+  };
+  drive(t, clk, rng, 150s, capacity_10);  // past a full window
+  const auto r = drive(t, clk, rng, 60s, capacity_10);
+  const double reached_per_s = r.sent / 60.0, accepted_per_s = r.ok / 60.0;
+  INFO("reached " << reached_per_s << "/s, accepted " << accepted_per_s << "/s");
+  CHECK(accepted_per_s > 8.0);
+  // K x accepts, with the probe floor (19/s) as the lower bound of what
+  // reaches it: between the floor and 1.5 K x accepts.
+  CHECK(reached_per_s < 1.5 * 2.0 * accepted_per_s);
+  CHECK(reached_per_s > 0.9 * 19.0);
 }
 
 TEST_CASE("throttle rejections say don't retry", "[throttle]") {
