@@ -2,13 +2,13 @@ cmake_minimum_required(VERSION 3.25)
 # Fails when a source file includes across a layer boundary.
 #   src/core    : the C++ standard library and core/ only
 #   src/config  : + yaml-cpp
-#   src/metrics : + prometheus-cpp
+#   src/metrics : + prometheus-cpp, <unistd.h>
 #   src/proxy, src/quota, main : anything
 # Run as: cmake -DSRC=<path to src> -P CheckLayering.cmake
 set(_std_headers
   algorithm any array atomic bit bitset cassert cctype cerrno cfloat charconv chrono cinttypes
   climits cmath compare concepts cstddef cstdint cstdio cstdlib cstring ctime deque exception
-  fstream format mutex shared_mutex thread condition_variable stop_token source_location
+  filesystem fstream format mutex shared_mutex thread condition_variable stop_token source_location
   functional initializer_list iomanip ios iosfwd iostream istream iterator limits list map
   memory memory_resource new numbers numeric optional ostream queue random ratio set span
   sstream stdexcept string string_view system_error tuple type_traits unordered_map
@@ -56,4 +56,5 @@ foreach(f IN LISTS _core_files)
   endif()
 endforeach()
 levee_check(config "core/;config/;yaml-cpp/")
-levee_check(metrics "core/;metrics/;prometheus/")
+# metrics/process.cpp asks sysconf() for the clock tick and page size.
+levee_check(metrics "core/;metrics/;prometheus/;unistd.h")

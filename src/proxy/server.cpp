@@ -12,6 +12,9 @@
 #include <csignal>
 #include <sstream>
 
+#include "control/systemd_notify.hpp"
+#include "metrics/process.hpp"
+
 namespace levee::proxy {
 
 namespace asio = boost::asio;
@@ -114,6 +117,7 @@ void Server::start() {
                    "or use a batch listener",
                    l.name, l.fuse.connections_per_endpoint, workers_.size());
   }
+  control::notify_ready("levee listening");
 }
 
 int Server::run() {
@@ -228,6 +232,7 @@ void Server::resolve_all(bool blocking) {
 void Server::begin_drain() {
   if (draining_) return;
   draining_ = true;
+  control::notify_stopping();
   rt_->draining.store(true);
   drain_deadline_ = now() + cfg_->drain_timeout;
   for (auto& w : workers_) w->begin_drain();
@@ -271,6 +276,7 @@ void Server::build_registry() {
   for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time, &m.health_check_latency}) registry_.add(h);
   registry_.add(&m.health_checks);
   registry_.add(&log_dropped_);
+  for (auto& g : metrics::process_gauges()) registry_.add(std::move(g));
   using metrics::sample;
   auto rt = rt_;
   registry_.add({"levee_executor_load", "Smoothed executor load (busy or runnable workers / workers)",
