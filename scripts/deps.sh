@@ -68,7 +68,8 @@ apt_install() {
   if [ "$created" -eq 1 ]; then $SUDO rm -f "$policy"; fi
 }
 
-build_pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates
+# python3: CMake configures the tests (on by default) with it.
+build_pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates python3
             libssl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libhiredis-dev)
 case "$codename" in
   bookworm) build_pkgs+=(libboost1.81-dev) ;;
