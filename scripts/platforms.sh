@@ -91,6 +91,8 @@ make_base() {  # make_base SUITE : $WORK/SUITE-base.tar.gz
        sec="$(debian_security_uri)"
        [ -n "$sec" ] && printf 'deb %s %s-security main\n' "$sec" "$suite" >>"$dir/etc/apt/sources.list" ;;
   esac
+  # As Debian's own images: no downloaded packages, no package lists.
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
   tar -C "$dir" -czf "$tar" .
   rm -rf "$dir"
   echo "platforms.sh: $suite base in $((SECONDS - t0)) s: $(du -h "$tar" | cut -f1)"
