@@ -30,7 +30,7 @@ FROM ${DEBIAN_SLIM}
 COPY --from=build /out/runtime-packages /tmp/runtime-packages
 RUN apt-get update \
  && apt-get install -y --no-install-recommends $(cat /tmp/runtime-packages) \
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/runtime-packages
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /tmp/runtime-packages
 COPY --from=build /out/levee /usr/local/bin/levee
 # Admin on 0.0.0.0 so /metrics can be scraped from outside the container
 # (the admin listener is read-only: /metrics, /healthz, /ready, /admin/clusters).

@@ -99,9 +99,11 @@ make_base() {  # make_base SUITE : $WORK/SUITE-base.tar.gz
 }
 
 run_in_root() {  # run_in_root DIR COMMAND : chroot in private mount + PID namespaces
+  # Run in a subshell, so that unshare replaces it: then killing that
+  # process ends unshare, whose --kill-child ends the whole PID namespace.
   local dir="$1" cmd="$2"
   cp /etc/resolv.conf "$dir/etc/resolv.conf"
-  unshare --mount --pid --fork --propagation private bash -euc '
+  exec unshare --mount --pid --fork --kill-child --propagation private bash -euc '
     d="$1"
     mount -t proc proc "$d/proc"
     mount -t sysfs sys "$d/sys"
@@ -137,7 +139,7 @@ run_suite() {
   : >"$log"
   echo "platforms.sh: $suite: demo (log: $log)"
   local t0=$SECONDS
-  run_in_root "$dir" "cd /root/levee && exec scripts/demo.sh" >>"$log" 2>&1 &
+  (run_in_root "$dir" "cd /root/levee && exec scripts/demo.sh") >>"$log" 2>&1 &
   local demo=$!
   local ok=0
   # The demo installs and builds first: allow it 20 minutes to answer.
@@ -149,17 +151,19 @@ run_suite() {
   local demo_s=$((SECONDS - t0))
   kill -TERM "$demo" 2>/dev/null || true
   wait "$demo" 2>/dev/null || true
+  # Nothing of the demo may outlive it (it holds ports 8080, 9000, 9901).
+  for _ in $(seq 50); do port_answers http://127.0.0.1:9901/healthz || break; sleep 0.1; done
   if [ "$ok" -ne 1 ]; then echo "platforms.sh: $suite: demo FAILED after $demo_s s"; tail -30 "$log"; return 1; fi
   echo "platforms.sh: $suite: demo answered after $demo_s s"
   t0=$SECONDS
   echo "platforms.sh: $suite: test"
-  if run_in_root "$dir" "cd /root/levee && exec scripts/test.sh" >>"$log" 2>&1; then
+  if (run_in_root "$dir" "cd /root/levee && exec scripts/test.sh") >>"$log" 2>&1; then
     echo "platforms.sh: $suite: test passed in $((SECONDS - t0)) s: $(grep -E 'tests passed' "$log" | tail -1)"
   else
     echo "platforms.sh: $suite: test FAILED after $((SECONDS - t0)) s"; grep -E 'tests passed|Failed|\*\*\*' "$log" | tail -30
     return 1
   fi
-  [ "$shell" -eq 1 ] && run_in_root "$dir" "cd /root/levee && exec bash -i" || true
+  [ "$shell" -eq 1 ] && (run_in_root "$dir" "cd /root/levee && exec bash -i") || true
 }
 
 status=0
