@@ -122,7 +122,7 @@ class Install(unittest.TestCase):
         with open(UNIT) as f:
             u = unit_fields(f.read())
         self.assertEqual(u["Type"], ["notify"])
-        self.assertIn("/bin/kill -HUP $MAINPID", u["ExecReload"])
+        self.assertIn("/bin/sh -c 'kill -HUP ${MAINPID}'", u["ExecReload"])
         self.assertEqual(u["KillSignal"], ["SIGTERM"])
         self.assertEqual(u["CapabilityBoundingSet"], ["CAP_NET_BIND_SERVICE"])
         self.assertEqual(u["AmbientCapabilities"], ["CAP_NET_BIND_SERVICE"])
