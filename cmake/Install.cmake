@@ -25,7 +25,7 @@ install(CODE "set(LEVEE_SOURCE_DIR \"${CMAKE_SOURCE_DIR}\")\nset(LEVEE_BINARY_DI
         COMPONENT levee)
 install(SCRIPT ${CMAKE_SOURCE_DIR}/cmake/InstallPaths.cmake COMPONENT levee)
 
-file(GLOB _levee_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
+file(GLOB _levee_docs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
 install(FILES ${_levee_docs} ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT levee)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/img DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT levee)
 # Alerts and dashboard, for whoever runs Prometheus and Grafana on the host.
