@@ -149,7 +149,9 @@ run_suite() {
     sleep 1
   done
   local demo_s=$((SECONDS - t0))
-  kill -TERM "$demo" 2>/dev/null || true
+  # unshare ignores SIGTERM while it waits; SIGKILL ends it, and its
+  # --kill-child then ends the namespace.
+  kill -KILL "$demo" 2>/dev/null || true
   wait "$demo" 2>/dev/null || true
   # Nothing of the demo may outlive it (it holds ports 8080, 9000, 9901).
   for _ in $(seq 50); do port_answers http://127.0.0.1:9901/healthz || break; sleep 0.1; done
