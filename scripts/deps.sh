@@ -4,7 +4,8 @@
 #   scripts/deps.sh            build dependencies only
 #   scripts/deps.sh --test     also the real peers and checkers the tests drive
 #                              (redis, haproxy, nginx, wrk, h2load, promtool, curl,
-#                              systemd-analyze, dpkg-shlibdeps, python3-kubernetes)
+#                              systemd-analyze, dpkg-shlibdeps and file (CPack),
+#                              python3-kubernetes)
 #   scripts/deps.sh --bench    also what the benchmark report needs (matplotlib)
 #
 # Distro packages come from the machine's own sources. A few things are not
@@ -107,7 +108,7 @@ fi
 if [ "$want_test" -eq 1 ]; then
   test_pkgs=(curl redis-server haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
              python3 openssl procps iproute2
-             systemd dpkg-dev python3-kubernetes python3-jsonschema)
+             systemd dpkg-dev file python3-kubernetes python3-jsonschema)
   apt_install "${test_pkgs[@]}"
   if [ "$codename" = bookworm ] && [ ! -f "$PREFIX/.stamp-k8s-v1" ]; then
     mkdir -p "$PREFIX"
