@@ -74,6 +74,7 @@ build_pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates pyt
             libssl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libhiredis-dev)
 case "$codename" in
   bookworm) build_pkgs+=(libboost1.81-dev) ;;
+  noble)    build_pkgs+=(libboost-dev catch2 prometheus-cpp-dev) ;;   # Ubuntu names Catch2 v3 catch2
   *)        build_pkgs+=(libboost-dev libcatch2-dev prometheus-cpp-dev) ;;
 esac
 apt_install "${build_pkgs[@]}"

@@ -21,6 +21,13 @@ PRIMITIVES = {
 }
 
 
+def supports_native_sidecars():
+    """Clients from Kubernetes 1.28 on know an init container's
+    restartPolicy (Debian 13 has 30.1; Debian 12 and Ubuntu 24.04 ship 22.6,
+    which deps.sh overlays with Debian 13's on Debian 12)."""
+    return "restart_policy" in k8s.V1Container.openapi_types
+
+
 def model_for(api_version, kind):
     """apps/v1 Deployment -> V1Deployment; autoscaling/v2 -> V2...."""
     version = api_version.split("/")[-1]

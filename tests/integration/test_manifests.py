@@ -53,16 +53,24 @@ def duration_s(text):
     return int(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60}[m.group(2)]
 
 
+def needs_current_schemas(tc):
+    if not k8s_schema.supports_native_sidecars():
+        tc.skipTest("this python3-kubernetes predates Kubernetes 1.28 (native sidecars): "
+                    "its schemas cannot describe these manifests (Ubuntu 24.04 ships 22.6)")
+
+
 class Manifests(unittest.TestCase):
     files = ("sidecar.yaml", "gateway.yaml")
 
     def test_every_object_passes_the_api_schema(self):
+        needs_current_schemas(self)
         for name in self.files:
             for d in load(name):
                 with self.subTest(file=name, kind=d["kind"], name=d["metadata"]["name"]):
                     self.assertEqual(k8s_schema.validate_object(d), [])
 
     def test_the_validator_rejects_what_the_api_would(self):
+        needs_current_schemas(self)
         # The checker above is only worth something if it fails on errors.
         d = load("gateway.yaml")
         dep = one(d, "Deployment")
