@@ -2,7 +2,7 @@ cmake_minimum_required(VERSION 3.25)
 # Fails when a source file includes across a layer boundary.
 #   src/core    : the C++ standard library and core/ only
 #   src/config  : + yaml-cpp
-#   src/metrics : + prometheus-cpp
+#   src/metrics : + prometheus-cpp, <unistd.h>
 #   src/http    : + Boost (Beast, Asio buffers)
 #   src/quota   : + hiredis, OpenSSL, spdlog, POSIX sockets; not Boost, not src/proxy
 #                 (the proxy wires it with two hooks)
@@ -11,14 +11,14 @@ cmake_minimum_required(VERSION 3.25)
 set(_std_headers
   algorithm any array atomic bit bitset cassert cctype cerrno cfloat charconv chrono cinttypes
   climits cmath compare concepts cstddef cstdint cstdio cstdlib cstring ctime deque exception
-  fstream format mutex shared_mutex thread condition_variable stop_token source_location
+  filesystem fstream format mutex shared_mutex thread condition_variable stop_token source_location
   functional initializer_list iomanip ios iosfwd iostream istream iterator limits list map
   memory memory_resource new numbers numeric optional ostream queue random ratio set span
   sstream stdexcept string string_view system_error tuple type_traits unordered_map
   unordered_set utility variant vector)
 
 # src/core is pure: no threads, no locks, no files, no clocks, no entropy.
-set(_core_denied thread mutex shared_mutex condition_variable stop_token fstream iostream
+set(_core_denied thread mutex shared_mutex condition_variable stop_token fstream filesystem iostream
     istream ostream random)
 
 function(levee_check layer allowed_prefixes)
@@ -59,6 +59,7 @@ foreach(f IN LISTS _core_files)
   endif()
 endforeach()
 levee_check(config "core/;config/;yaml-cpp/")
-levee_check(metrics "core/;metrics/;prometheus/")
+# metrics/process.cpp asks sysconf() for the clock tick and page size.
+levee_check(metrics "core/;metrics/;prometheus/;unistd.h")
 levee_check(http "core/;http/;boost/")
 levee_check(quota "core/;config/;metrics/;quota/;hiredis/;openssl/;spdlog/;prometheus/;arpa/;netinet/;sys/;fcntl.h;netdb.h;poll.h;pthread.h;unistd.h")

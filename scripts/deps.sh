@@ -2,22 +2,27 @@
 # Installs everything levee needs to build and test, and nothing twice.
 #
 #   scripts/deps.sh            build dependencies only
-#   scripts/deps.sh --test     also the real peers the tests drive
+#   scripts/deps.sh --test     also the real peers and checkers the tests drive
 #                              (redis, redis-sentinel, haproxy, nginx, wrk, h2load,
-#                              promtool, curl)
+#                              promtool, curl, systemd-analyze, dpkg-shlibdeps and
+#                              file (CPack), python3-kubernetes)
 #   scripts/deps.sh --bench    also what the benchmark report needs (matplotlib)
 #
-# Distro packages come from the machine's own sources. Two things are not
+# Distro packages come from the machine's own sources. A few things are not
 # packaged for Debian 12 and are fetched into a git-ignored project-local
 # prefix (.deps/prefix) through a throwaway apt configuration that never
-# touches the system's sources:
+# touches the system's sources, from the same Debian archive the machine's
+# sources name (scripts/apt-mirror.sh; a local mirror works as well):
 #   - prometheus-cpp core (Debian 13's libprometheus-cpp-core1.0 +
 #     prometheus-cpp-dev; the library needs only libc6 >= 2.14, libstdc++6 >= 11)
 #   - Catch2 v3 (bookworm-backports)
-# On Debian 13 / Ubuntu 24.04 both come from the distro instead.
+#   - with --test: Debian 13's python3-kubernetes (pure Python; Debian 12's
+#     predates native sidecars), whose dependencies Debian 12's package brings
+# On Debian 13 / Ubuntu 24.04 they come from the distro instead.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/scripts/apt-mirror.sh"
 DEPS="$ROOT/.deps"
 PREFIX="$DEPS/prefix"
 want_test=0; want_bench=0
@@ -64,28 +69,21 @@ apt_install() {
   if [ "$created" -eq 1 ]; then $SUDO rm -f "$policy"; fi
 }
 
-build_pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates
+# python3: CMake configures the tests (on by default) with it.
+build_pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates python3
             libssl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libhiredis-dev)
 case "$codename" in
   bookworm) build_pkgs+=(libboost1.81-dev) ;;
-  *)        build_pkgs+=(libboost-dev libcatch2-dev libprometheus-cpp-dev) ;;
+  noble)    build_pkgs+=(libboost-dev catch2 prometheus-cpp-dev) ;;   # Ubuntu names Catch2 v3 catch2
+  *)        build_pkgs+=(libboost-dev libcatch2-dev prometheus-cpp-dev) ;;
 esac
 apt_install "${build_pkgs[@]}"
 
 # --- project-local prefix for what Debian 12 lacks -------------------------
-fetch_local() {  # fetch_local SUITE PKG... : apt-get download + dpkg -x
+fetch_local() {  # fetch_local SUITE PKG... : apt-get download + dpkg -x into the prefix
   local suite="$1"; shift
-  local apt="$DEPS/apt"
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc" "$DEPS/debs" "$PREFIX"
-  echo "deb http://deb.debian.org/debian $suite main" > "$apt/etc/sources.list"
-  : > "$apt/status"
-  local opts=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
-              -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
-              -o "Dir::State::Status=$apt/status" -o "Dir::Etc::Preferences=/dev/null"
-              -o "Dir::Etc::PreferencesParts=/dev/null" -o "APT::Get::List-Cleanup=0"
-              -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
-  apt-get "${opts[@]}" update -qq
-  (cd "$DEPS/debs" && apt-get "${opts[@]}" download "$@" >/dev/null)
+  mkdir -p "$DEPS/debs" "$PREFIX"
+  apt_fetch_from "$(debian_archive_uri)" "$suite" "$DEPS/debs" "$@"
   local p
   for p in "$@"; do
     dpkg -x "$DEPS/debs/${p}"_*.deb "$PREFIX"
@@ -110,8 +108,14 @@ fi
 
 if [ "$want_test" -eq 1 ]; then
   test_pkgs=(curl redis-server redis-sentinel haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
-             python3 openssl procps iproute2)
+             python3 openssl procps iproute2
+             systemd dpkg-dev file python3-kubernetes python3-jsonschema)
   apt_install "${test_pkgs[@]}"
+  if [ "$codename" = bookworm ] && [ ! -f "$PREFIX/.stamp-k8s-v1" ]; then
+    mkdir -p "$PREFIX"
+    fetch_local trixie python3-kubernetes
+    touch "$PREFIX/.stamp-k8s-v1"
+  fi
 fi
 if [ "$want_bench" -eq 1 ]; then
   apt_install python3-matplotlib python3-yaml

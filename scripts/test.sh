@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh Debian 12/13 or Ubuntu 24.04 machine:
+# The whole test suite, on a fresh Debian 12 machine (Debian 13 and Ubuntu
+# 24.04: see docs/install.md for what fails there):
 # installs what is missing, builds with -Werror, runs unit and integration
 # tests. Real peers (nginx, haproxy, redis, promtool, curl) are installed
 # here; the tests start their own instances on free loopback ports.

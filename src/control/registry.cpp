@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "control/access_log.hpp"
+#include "metrics/process.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/worker.hpp"
 
@@ -33,6 +34,7 @@ void register_metrics(metrics::Registry& registry, const std::shared_ptr<Runtime
                        [&log] { return static_cast<double>(log.dropped()); }));
   registry.add(counter("levee_access_log_write_errors_total", "Access log writes that failed (what they held is lost)",
                        [&log] { return static_cast<double>(log.write_errors()); }));
+  for (auto& g : metrics::process_gauges()) registry.add(std::move(g));
   registry.add({"levee_executor_load", "Smoothed executor load (busy or runnable workers / workers)",
                 [rt](auto& out) { out.push_back(sample({}, rt->executor_load.load())); }});
   registry.add({"levee_host_cpu_utilization", "Smoothed host or cgroup CPU utilization (when enabled)",

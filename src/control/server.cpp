@@ -9,6 +9,7 @@
 
 #include "control/cpu.hpp"
 #include "control/registry.hpp"
+#include "control/systemd_notify.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/worker.hpp"
 
@@ -91,6 +92,7 @@ void Server::start() {
                    "or use a batch listener",
                    l.name, l.fuse.connections_per_endpoint, workers_.size());
   }
+  notify_ready("levee listening");
 }
 
 int Server::run() {
@@ -130,6 +132,7 @@ void Server::on_signal(int sig) {
 void Server::begin_drain() {
   if (draining_) return;
   draining_ = true;
+  notify_stopping();
   rt_->draining.store(true);
   drain_deadline_ = proxy::now() + cfg_->drain_timeout;
   for (auto& w : workers_) w->begin_drain();

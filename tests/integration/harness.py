@@ -138,7 +138,7 @@ class Levee:
     """levee with a config built from dicts (JSON is valid YAML)."""
 
     def __init__(self, tc, clusters, routes=None, listener=None, extra=None, listeners=None, wait_ready=True,
-                 workers=1):
+                 workers=1, env=None):
         self.port = free_port()
         self.admin_port = free_port()
         lst = {"name": "main", "address": "127.0.0.1", "port": self.port,
@@ -160,7 +160,7 @@ class Levee:
         with os.fdopen(fd, "w") as f:
             json.dump(cfg, f, indent=1)
         tc.addCleanup(os.unlink, self.config_path)
-        self.proc = Proc([LEVEE, "-c", self.config_path], "levee")
+        self.proc = Proc([LEVEE, "-c", self.config_path], "levee", env=env)
         tc.addCleanup(self.proc.stop)
         wait_until(lambda: self.proc.alive() and self.admin_get("/healthz")[0] == 200 or not self.proc.alive(),
                    what="levee admin")

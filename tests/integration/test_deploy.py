@@ -43,33 +43,55 @@ class Deploy(unittest.TestCase):
         for p in self.dashboard["panels"]:
             for t in p["targets"]:
                 used |= metric_names(t["expr"])
+        used |= {n for n in re.findall(r"\b(process_[a-z_]+)\b", rules_text + json.dumps(self.dashboard))}
+        exported |= set(re.findall(r"^# TYPE (process_[a-z_]+) ", lv.metrics(), re.M))
         self.assertGreater(len(used), 10)
         missing = sorted(n for n in used if n not in exported)
         self.assertEqual(missing, [], f"used in deploy/ but not exported: {missing}")
 
-    def test_kubernetes_and_systemd_files_are_well_formed(self):
-        try:
-            import yaml
-        except ImportError:
-            self.skipTest("PyYAML missing")
-        levee = LEVEE
-        for name in ("sidecar.yaml", "gateway.yaml"):
-            with open(os.path.join(DEPLOY, "kubernetes", name)) as f:
-                docs = list(yaml.safe_load_all(f))
-            kinds = {d["kind"] for d in docs}
-            self.assertTrue({"ConfigMap", "Deployment", "Service"} <= kinds, name)
-            # The embedded levee config is valid.
-            cm = next(d for d in docs if d["kind"] == "ConfigMap")
-            path = f"/tmp/levee-k8s-{name}"
-            with open(path, "w") as f:
-                f.write(cm["data"]["levee.yaml"])
-            self.addCleanup(os.unlink, path)
-            out = subprocess.run([levee, "--validate", path], capture_output=True, text=True)
-            self.assertEqual(out.returncode, 0, f"{name}: {out.stderr}")
-        with open(os.path.join(DEPLOY, "systemd", "levee.service")) as f:
-            unit = f.read()
-        self.assertIn("ExecStart=/usr/local/bin/levee -c /etc/levee/levee.yaml", unit)
-        self.assertIn("KillSignal=SIGTERM", unit)
+    def test_rules_unit_tests_pass(self):
+        # levee-rules.test.yaml: each alert fires on the series that should
+        # fire it, and stays silent on the ones that should not.
+        tests = os.path.join(DEPLOY, "prometheus", "levee-rules.test.yaml")
+        out = subprocess.run([tool("promtool"), "test", "rules", tests], capture_output=True, text=True,
+                             cwd=os.path.dirname(tests))
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("SUCCESS", out.stdout + out.stderr)
+
+    def test_every_alert_has_a_unit_test_and_a_runbook(self):
+        import yaml
+        with open(self.rules) as f:
+            groups = yaml.safe_load(f)["groups"]
+        alerts = [r for g in groups for r in g["rules"] if "alert" in r]
+        with open(os.path.join(DEPLOY, "prometheus", "levee-rules.test.yaml")) as f:
+            tested = {a["alertname"] for t in yaml.safe_load(f)["tests"] for a in t.get("alert_rule_test", [])}
+        with open(os.path.join(ROOT, "docs", "operations.md")) as f:
+            anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+                       for h in re.findall(r"^#+ (.*)$", f.read(), re.M)}
+        for a in alerts:
+            self.assertIn(a["alert"], tested, "alert without a promtool unit test")
+            url = a["annotations"]["runbook_url"]
+            self.assertTrue(url.startswith("docs/operations.md#"), url)
+            self.assertIn(url.split("#", 1)[1], anchors, f"{a['alert']}: no such heading in docs/operations.md")
+            # Every range spans at least four 15 s scrapes.
+            for w in re.findall(r"\[(\d+)([smh])\]", a["expr"]):
+                self.assertGreaterEqual(int(w[0]) * {"s": 1, "m": 60, "h": 3600}[w[1]], 60, a["alert"])
+        for g in groups:
+            for r in g["rules"]:
+                for w in re.findall(r"\[(\d+)([smh])\]", r["expr"]):
+                    self.assertGreaterEqual(int(w[0]) * {"s": 1, "m": 60, "h": 3600}[w[1]], 60, r)
+
+    def test_dashboard_filters_by_namespace_and_instance(self):
+        names = {v["name"] for v in self.dashboard["templating"]["list"]}
+        self.assertLessEqual({"datasource", "namespace", "instance"}, names)
+        titles = [p["title"] for p in self.dashboard["panels"]]
+        self.assertTrue(any("Request duration" in t for t in titles), titles)
+        self.assertTrue(any("Dry-run" in t for t in titles), titles)
+        for p in self.dashboard["panels"]:
+            for t in p["targets"]:
+                for m in re.finditer(r"\b((?:levee|process)_[a-z_]+)(\{[^}]*\})?", t["expr"]):
+                    self.assertIn('namespace=~"$namespace"', m.group(2) or "", (p["title"], t["expr"]))
+                    self.assertIn('instance=~"$instance"', m.group(2) or "", (p["title"], t["expr"]))
 
 
 if __name__ == "__main__":
