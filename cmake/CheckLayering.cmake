@@ -4,6 +4,7 @@ cmake_minimum_required(VERSION 3.25)
 #   src/config  : + yaml-cpp
 #   src/metrics : + prometheus-cpp
 #   src/http    : + Boost (Beast, Asio buffers)
+#   src/sim     : core, config, yaml-cpp (its scenario files) and the standard library
 #   src/proxy, src/control, main : anything
 # Run as: cmake -DSRC=<path to src> -P CheckLayering.cmake
 set(_std_headers
@@ -59,3 +60,4 @@ endforeach()
 levee_check(config "core/;config/;yaml-cpp/")
 levee_check(metrics "core/;metrics/;prometheus/")
 levee_check(http "core/;http/;boost/")
+levee_check(sim "core/;config/;sim/;yaml-cpp/")
