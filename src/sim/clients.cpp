@@ -271,6 +271,7 @@ void ClientGroup::fire(std::uint32_t, std::uint32_t, std::uint32_t) {
   ++offered_;
   ++(r.counted ? stats_[cls] : warm_).offered;
   ++second(t).offered;
+  if (r.counted) timeline.add_offered(t);
 
   CallSpec s;
   s.id = next_id_++;
@@ -313,6 +314,7 @@ void ClientGroup::on_outcome(std::uint64_t cookie, const Outcome& o) {
       ++sec.ok;
       ++sec.ok_by_class[r.cls];
       cs.ok_latency.record(us(e_.now()));
+      if (r.counted) timeline.add_ok(e_.now(), static_cast<double>(us(e_.now())) / 1000.0);
       break;
     case Outcome::Kind::Rejected:
       ++cs.reasons[o.reason];

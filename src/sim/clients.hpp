@@ -158,6 +158,7 @@ class ClientGroup final : public Handler, public CallOwner {
   const ClientGroupConfig& config() const noexcept { return cfg_; }
   std::vector<ClassStats>& classes() noexcept { return stats_; }
   std::vector<Second>& seconds() noexcept { return seconds_; }
+  Timeline timeline;  ///< kept when its interval is set (all classes, counted requests)
   std::uint64_t offered() const noexcept { return offered_; }
   const Caller& caller() const noexcept { return caller_; }
 

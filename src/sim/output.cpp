@@ -99,8 +99,28 @@ std::string list(const std::vector<T>& v) {
 
 }  // namespace
 
+void Timeline::add_offered(TimePoint t) {
+  if (interval <= Duration::zero()) return;
+  const auto i = static_cast<std::size_t>(t.time_since_epoch() / interval);
+  if (offered.size() <= i) offered.resize(i + 1, 0);
+  ++offered[i];
+}
+
+void Timeline::add_ok(TimePoint t, double latency_ms) {
+  if (interval <= Duration::zero()) return;
+  const auto i = static_cast<std::size_t>(t.time_since_epoch() / interval);
+  if (ok.size() <= i) {
+    ok.resize(i + 1, 0);
+    latency_sum_ms.resize(i + 1, 0.0);
+    latency_max_ms.resize(i + 1, 0.0);
+  }
+  ++ok[i];
+  latency_sum_ms[i] += latency_ms;
+  latency_max_ms[i] = std::max(latency_max_ms[i], latency_ms);
+}
+
 void write_json(std::ostream& o, const RunInfo& info, const std::vector<ClassStats>& classes,
-                const std::vector<NodeSeries>& nodes, bool wall) {
+                const std::vector<NodeSeries>& nodes, const Timeline& timeline, bool wall) {
   ClassStats all;
   all.name = "total";
   for (const auto& c : classes) all.merge(c);
@@ -115,6 +135,16 @@ void write_json(std::ostream& o, const RunInfo& info, const std::vector<ClassSta
   if (wall) {
     o << ",\"wall_seconds\":" << num(info.wall_seconds) << ",\"requests_per_wall_second\":"
       << num(info.wall_seconds > 0 ? static_cast<double>(info.requests) / info.wall_seconds : 0.0);
+  }
+  if (timeline.interval > Duration::zero()) {
+    std::vector<std::string> mean, mx;
+    for (std::size_t i = 0; i < timeline.ok.size(); ++i) {
+      mean.push_back(num(timeline.ok[i] ? timeline.latency_sum_ms[i] / static_cast<double>(timeline.ok[i]) : 0.0));
+      mx.push_back(num(timeline.latency_max_ms[i]));
+    }
+    o << ",\"timeline\":{\"interval_ms\":" << num(core::to_seconds(timeline.interval) * 1000)
+      << ",\"offered\":" << list(timeline.offered) << ",\"ok\":" << list(timeline.ok) << ",\"mean_ms\":" << list(mean)
+      << ",\"max_ms\":" << list(mx) << "}";
   }
   o << ",\"nodes\":[";
   for (std::size_t i = 0; i < nodes.size(); ++i) {

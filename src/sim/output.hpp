@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/engine.hpp"
+
 namespace levee::sim {
 
 /// Log-linear histogram (exact below 1024 units, then 512 sub-buckets per
@@ -83,6 +85,16 @@ struct NodeSeries {
   std::map<std::string, double> totals; ///< named counters over the whole run
 };
 
+/// A finer series than the per-second CSV, by completion time: answers
+/// that were 2xx within the deadline, and their latency.
+struct Timeline {
+  Duration interval{};  ///< zero: not kept
+  std::vector<std::uint64_t> offered, ok;
+  std::vector<double> latency_sum_ms, latency_max_ms;
+  void add_offered(TimePoint t);
+  void add_ok(TimePoint t, double latency_ms);
+};
+
 struct RunInfo {
   std::string scenario;
   std::string front;
@@ -102,7 +114,7 @@ struct RunInfo {
 /// wall: include the run's wall time and speed (left out for byte-for-byte
 /// comparisons of two runs).
 void write_json(std::ostream& o, const RunInfo& info, const std::vector<ClassStats>& classes,
-                const std::vector<NodeSeries>& nodes, bool wall);
+                const std::vector<NodeSeries>& nodes, const Timeline& timeline, bool wall);
 /// The per-second CSV, levee-loadgen's columns.
 void write_csv(std::ostream& o, const std::vector<ClassStats>& classes, const std::vector<Second>& seconds);
 

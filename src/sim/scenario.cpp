@@ -168,6 +168,7 @@ ScenarioResult load_scenario_string(const std::string& text, const std::string& 
     s.description = m.str("description");
     s.seed = static_cast<std::uint64_t>(m.num("seed", 1, 0, 1.8e19));
     s.warmup = m.dur("warmup", Duration::zero());
+    s.timeline = m.dur("timeline", Duration::zero());
     s.front = m.str("front", "levee");
     s.step = m.num("step", 0);
     s.capacity = m.num("capacity", 0);

@@ -68,6 +68,7 @@ struct Scenario {
   std::string description;
   std::uint64_t seed = 1;
   Duration warmup{};
+  Duration timeline{};  ///< a finer series of the first client group (JSON sim.timeline); zero: none
   NetworkConfig network;
   std::string front = "levee";
   double step = 0;

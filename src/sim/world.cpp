@@ -43,8 +43,10 @@ World::World(const Scenario& s) : s_(s), e_(s.seed), wire_(e_, s.network) {
     service_callers_.push_back(std::make_unique<Caller>(e_, wire_, b.downstream->policy, b.instances));
     for (auto& be : backends_[b.name]) be->connect(nodes_[b.downstream->target], service_callers_.back().get());
   }
-  for (std::size_t ci = 0; ci < s.clients.size(); ++ci)
+  for (std::size_t ci = 0; ci < s.clients.size(); ++ci) {
     clients_.push_back(std::make_unique<ClientGroup>(e_, wire_, s.clients[ci], nodes_[s.client_targets[ci]], s.warmup));
+    clients_.back()->timeline.interval = s.timeline;
+  }
   Duration longest{};
   TimePoint last{};
   for (const auto& c : clients_) {

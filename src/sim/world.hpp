@@ -31,7 +31,9 @@ class World final : public Handler {
   std::vector<Second> seconds();
   std::vector<NodeSeries> nodes() const;
 
-  void write_json(std::ostream& o, bool wall) { sim::write_json(o, info(), classes(), nodes(), wall); }
+  void write_json(std::ostream& o, bool wall) {
+    sim::write_json(o, info(), classes(), nodes(), clients_.front()->timeline, wall);
+  }
   void write_csv(std::ostream& o) { sim::write_csv(o, classes(), seconds()); }
 
   Engine& engine() noexcept { return e_; }
