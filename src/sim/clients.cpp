@@ -181,12 +181,19 @@ void Caller::finish(std::uint32_t i, Outcome::Kind k) {
 
 // --- ClientGroup -------------------------------------------------------------
 
+namespace {
+ClientGroupConfig with_count(ClientGroupConfig c, std::size_t targets) {
+  if (c.count == 0) c.count = static_cast<std::uint32_t>(std::max<std::size_t>(1, targets));
+  return c;
+}
+}  // namespace
+
 ClientGroup::ClientGroup(Engine& e, Wire& w, ClientGroupConfig cfg, std::vector<Node*> targets, Duration warmup)
     : e_(e),
-      cfg_(std::move(cfg)),
+      cfg_(with_count(std::move(cfg), targets.size())),
       targets_(std::move(targets)),
       warmup_(warmup),
-      caller_(e, w, cfg_.policy, std::max<std::uint32_t>(1, cfg_.count)),
+      caller_(e, w, cfg_.policy, cfg_.count),
       rng_(e.rng.split()) {
   if (cfg_.classes.empty()) cfg_.classes.push_back(RequestClass{"default", 1, "", "", std::chrono::seconds(1)});
   for (const auto& c : cfg_.classes) {
@@ -281,7 +288,7 @@ void ClientGroup::fire(std::uint32_t, std::uint32_t, std::uint32_t) {
   s.tenant = rc.tenant;
   s.start = t;
   s.deadline = t + rc.deadline;
-  s.client = static_cast<std::uint32_t>(rng_.below(std::max<std::uint32_t>(1, cfg_.count)));
+  s.client = static_cast<std::uint32_t>(rng_.below(cfg_.count));
   s.target = targets_[s.client % targets_.size()];
   caller_.start(s, this, pack(i, reqs_.gen(i)));
 }

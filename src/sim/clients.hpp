@@ -133,7 +133,7 @@ struct Phase {
 
 struct ClientGroupConfig {
   std::string name;
-  std::uint32_t count = 1;  ///< clients; each sticks to one instance of the target
+  std::uint32_t count = 0;  ///< clients, each sticking to one instance of the target; 0: one per instance
   std::vector<Phase> phases;
   bool poisson = true;
   std::vector<std::pair<double, std::uint32_t>> trace;  ///< arrival seconds and class, instead of phases

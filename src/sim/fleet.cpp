@@ -32,9 +32,10 @@ FleetSync::FleetSync(Engine& e, RedisModel& r, FleetSyncConfig cfg, std::uint32_
       in_flight_(fields, 0.0),
       last_totals_(fields, 0.0) {}
 
-void FleetSync::start() {
+void FleetSync::start(double phase) {
+  // Instances start at different moments: their syncs are not in step.
   fallback_since_ = e_.now();
-  e_.after(Duration::zero(), this, kSync);
+  e_.after(core::from_seconds(core::to_seconds(cfg_.interval) * phase), this, kSync);
 }
 
 double FleetSync::divisor() const noexcept {

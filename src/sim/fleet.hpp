@@ -71,7 +71,8 @@ class FleetSync final : public Handler {
   FleetSync(Engine& e, RedisModel& r, FleetSyncConfig cfg, std::uint32_t instance, std::size_t fields,
             std::function<void(std::size_t, double)> remote);
 
-  void start();
+  /// phase in [0,1): where in its interval this instance's syncs fall.
+  void start(double phase);
   void add_local(std::size_t field, double cpu_seconds) { unpushed_[field] += cpu_seconds; }
   SyncState state() const noexcept { return state_; }
   /// How many times local usage counts while not synced.

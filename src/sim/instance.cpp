@@ -129,7 +129,7 @@ void Instance::start() {
     }
   }
   if (self_protection_.mode != core::GateMode::Off) e_.after(sample_interval_, this, kSample);
-  if (fleet_) fleet_->start();
+  if (fleet_) fleet_->start(rng_.uniform());
 }
 
 void Instance::bump(std::vector<std::uint64_t>& v) {

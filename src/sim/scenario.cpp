@@ -279,7 +279,7 @@ ScenarioResult load_scenario_string(const std::string& text, const std::string& 
       Map k(c, clients[i], p);
       ClientGroupConfig g;
       g.name = k.str("name", "clients" + std::to_string(i));
-      g.count = static_cast<std::uint32_t>(k.num("count", 1, 1, 1e9));
+      g.count = static_cast<std::uint32_t>(k.num("count", 0, 1, 1e9));  // 0: one per target instance
       const auto target = k.str("target");
       if (target.empty()) c.error(k.sub("target"), "is required");
       g.poisson = k.flag("poisson", true);
