@@ -317,6 +317,12 @@ def claim7(R):
         r = R.run("c7-" + label.replace(" ", "-").replace(",", ""), doc)
         row = [label, f"{r['total']['goodput']:.0f}/s ({100 * r['total']['goodput'] / 120000:.0f}%)"]
         row += [pct(cls(r, c["name"])["success_rate"]) for c in classes]
+        if lv is not None:
+            t_ = node(r, "edge")["totals"]
+            row.append(f"{t_['limit_min']:.0f}-{t_['limit_max']:.0f}")
+            row.append(f"{t_['admitted_max'] / max(1, t_['admitted_min']):.1f}x")
+        else:
+            row += ["-", "-"]
         rows.append(row)
         total = r["total"]["goodput"] or 1
         by_tenant = {}
@@ -325,7 +331,8 @@ def claim7(R):
         shares.append([label] + [pct(by_tenant[k] / total) for k in ("gold", "silver", "bronze", "batch")])
     return ("5,000 clients, 50 levee instances, 300 backends (4 workers each, exponential 10 ms: 120,000/s in all), "
             "offered 360,000/s (3x) for 10 s, four tenants:\n\n" +
-            table(["", "goodput"] + [c["name"] + " (" + c["criticality"] + ")" for c in classes], rows) +
+            table(["", "goodput"] + [c["name"] + " (" + c["criticality"] + ")" for c in classes]
+                  + ["limits at the end (min-max)", "admitted, busiest / idlest instance"], rows) +
             "\n\nShare of goodput by tenant (offered: gold 20%, silver 40%, bronze 15%, batch 25%):\n\n" +
             table(["", "gold", "silver", "bronze", "batch"], shares))
 

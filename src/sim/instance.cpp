@@ -117,6 +117,11 @@ Instance::~Instance() = default;
 
 core::Admission& Instance::admission(std::size_t cluster) { return clusters_[cluster]->adm; }
 
+double Instance::limit(std::size_t cluster) const {
+  const auto& a = clusters_[cluster]->adm;
+  return a.config().queue_mode == core::GateMode::Off ? 0.0 : static_cast<double>(a.queue().limit());
+}
+
 void Instance::start() {
   for (std::uint32_t c = 0; c < clusters_.size(); ++c) {
     e_.after(std::chrono::milliseconds(100), this, kTick, c);

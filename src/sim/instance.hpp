@@ -80,6 +80,8 @@ class Instance final : public Handler, public Node, public Peer {
   const Counters& counters() const noexcept { return n_; }
   std::vector<std::uint64_t> received_by_second, ok_by_second;
   core::Admission& admission(std::size_t cluster);
+  /// The concurrency limit in force for a cluster (0 when it has none).
+  double limit(std::size_t cluster) const;
   const FleetSync* fleet() const noexcept { return fleet_.get(); }
   double executor_load() const noexcept { return load_.load(); }
 

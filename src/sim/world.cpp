@@ -203,6 +203,7 @@ std::vector<NodeSeries> World::nodes() const {
     n.kind = "levee";
     Instance::Counters t;
     double fallback_s = 0, max_load = 0;
+    double limit_min = 1e18, limit_max = 0, adm_min = 1e18, adm_max = 0;
     for (const auto& in : instances_.at(g.name)) {
       add(n.received, in->received_by_second);
       add(n.served, in->ok_by_second);
@@ -215,6 +216,12 @@ std::vector<NodeSeries> World::nodes() const {
       for (std::size_t r = 0; r < core::kReasonCount; ++r) t.answers[r] += c.answers[r];
       if (const auto* f = in->fleet()) fallback_s += core::to_seconds(f->time_in_fallback(e_.now()));
       max_load = std::max(max_load, in->executor_load());
+      // Cluster 0's limit at the end, and how evenly the instances admitted.
+      const double lim = in->limit(0);
+      limit_min = std::min(limit_min, lim);
+      limit_max = std::max(limit_max, lim);
+      adm_min = std::min(adm_min, static_cast<double>(c.admitted));
+      adm_max = std::max(adm_max, static_cast<double>(c.admitted));
     }
     n.totals = {{"received", static_cast<double>(t.received)}, {"admitted", static_cast<double>(t.admitted)},
                 {"attempts", static_cast<double>(t.attempts)}, {"retries", static_cast<double>(t.retries)},
@@ -222,6 +229,11 @@ std::vector<NodeSeries> World::nodes() const {
     for (std::size_t r = 1; r < core::kReasonCount; ++r)
       if (t.answers[r]) n.totals[std::string(core::to_string(static_cast<core::Reason>(r)))] = static_cast<double>(t.answers[r]);
     if (g.fleet) n.totals["fallback_seconds"] = fallback_s;
+    n.totals["limit_min"] = limit_min;
+    n.totals["limit_max"] = limit_max;
+    n.totals["admitted_min"] = adm_min;
+    n.totals["admitted_max"] = adm_max;
+    n.totals["executor_load_max"] = max_load;
     out.push_back(std::move(n));
   }
   return out;
