@@ -194,12 +194,17 @@ def main():
         if args.real_only:
             continue
         s = load_scenario(path, overrides)
+        sim_summary = {"scenario": s, "machine": {"cpus": 1, "cpu_model": "levee-sim (simulated time)", "kernel": "-"},
+                       "command": "loadtest/validate.py --sim-only (levee-sim)",
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": []}
         for front in fronts:
             for step in steps:
                 rpath = os.path.join(real_out, s["name"], f"{front}-{step:g}x")
                 with open(rpath + ".json") as f:
                     real = json.load(f)
                 sim = sim_run(s, front, step, real["capacity"], os.path.join(sim_out, s["name"]), args.seed)
+                sim_summary["runs"].append({"front": front, "step": step, "capacity": real["capacity"],
+                                            "file": f"{front}-{step:g}x.json"})
                 cap = real["capacity"]
                 g_real = 100 * real["total"]["goodput"] / cap
                 g_sim = 100 * sim["total"]["goodput"] / cap
@@ -216,6 +221,8 @@ def main():
                                            cap, first, total_s)
                 ok = worst <= TOLERANCE_PP and (mad is None or mad <= TOLERANCE_PP) and (corr is None or corr >= 0.9)
                 failures += not ok
+                with open(os.path.join(sim_out, s["name"], "summary.json"), "w") as f:
+                    json.dump(sim_summary, f, indent=1)
                 rows.append({"case": case, "front": front, "step": step, "capacity": cap, "goodput_real": g_real,
                              "goodput_sim": g_sim, "classes": classes, "series_mad": mad, "series_corr": corr,
                              "worst_pp": worst, "ok": ok})
