@@ -124,7 +124,7 @@ double Instance::limit(std::size_t cluster) const {
 
 void Instance::start() {
   for (std::uint32_t c = 0; c < clusters_.size(); ++c) {
-    e_.after(std::chrono::milliseconds(100), this, kTick, c);
+    e_.after(Duration::zero(), this, kTick, c);  // as LoadSampler: at start, then every 100 ms
     const auto& hc = clusters_[c]->cfg->health_check;
     if (!hc.enabled) continue;
     for (std::uint32_t k = 0; k < clusters_[c]->nodes.size(); ++k) {
