@@ -40,9 +40,9 @@ BUILD = os.environ.get("LEVEE_BUILD", os.path.join(ROOT, "build"))
 
 # (case, scenario file, fronts, steps, short overrides)
 CASES = [
-    ("overload", "overload.yaml", ["levee"], [0.5, 1, 2, 5, 10], {"duration": "5s", "warmup": "2s"}),
-    ("noisy-tenant", "noisy-tenant.yaml", ["levee"], [2], {"duration": "8s", "warmup": "3s"}),
-    ("retry-storm", "retry-storm.yaml", ["levee", "direct"], [1.2], {}),
+    ("overload", "overload.yaml", ["levee", "levee-adaptive"], [0.5, 1, 2, 5, 10], {"duration": "5s", "warmup": "2s"}),
+    ("noisy-tenant", "noisy-tenant.yaml", ["levee", "levee-adaptive"], [2], {"duration": "8s", "warmup": "3s"}),
+    ("retry-storm", "retry-storm.yaml", ["levee", "levee-adaptive", "direct"], [1.2], {}),
     ("restart", "restart.yaml", ["levee+slowstart", "levee+noslowstart"], [1600], {}),
 ]
 TOLERANCE_PP = 5.0
