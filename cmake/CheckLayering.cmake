@@ -6,6 +6,7 @@ cmake_minimum_required(VERSION 3.25)
 #   src/http    : + Boost (Beast, Asio buffers)
 #   src/quota   : + hiredis, OpenSSL, spdlog, POSIX sockets; not Boost, not src/proxy
 #                 (the proxy wires it with two hooks)
+#   src/sim     : core, config, yaml-cpp (its scenario files) and the standard library
 #   src/proxy, src/control, main : anything
 # Run as: cmake -DSRC=<path to src> -P CheckLayering.cmake
 set(_std_headers
@@ -63,3 +64,4 @@ levee_check(config "core/;config/;yaml-cpp/")
 levee_check(metrics "core/;metrics/;prometheus/;unistd.h")
 levee_check(http "core/;http/;boost/")
 levee_check(quota "core/;config/;metrics/;quota/;hiredis/;openssl/;spdlog/;prometheus/;arpa/;netinet/;sys/;fcntl.h;netdb.h;poll.h;pthread.h;unistd.h")
+levee_check(sim "core/;config/;sim/;yaml-cpp/")

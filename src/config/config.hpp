@@ -183,7 +183,8 @@ struct ThrottleSettings {
   Duration window = 2min;
   double min_requests = 20;  ///< no local rejection below this many requests per window
   double max_probability = 0.9;     ///< at least the rest always reaches the backend
-  std::uint32_t recovery_run = 10;  ///< accepted in a row that end a refusal at once (0: never)
+  std::uint32_t recovery_run = 10;  ///< accepted in a row that end a refusal at once (0: never) ...
+  Duration recovery_span = 250ms;   ///< ... over at least this long
 };
 
 struct QueueSettings {

@@ -735,6 +735,8 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     read_double(ctx, tm.take("min_requests"), tm.sub("min_requests"), c.throttle.min_requests, 0.0, 1e9);
     read_double(ctx, tm.take("max_probability"), tm.sub("max_probability"), c.throttle.max_probability, 0.0, 1.0);
     read_uint(ctx, tm.take("recovery_run"), tm.sub("recovery_run"), c.throttle.recovery_run, 0, 1000000);
+    read_duration(ctx, tm.take("recovery_span"), tm.sub("recovery_span"), c.throttle.recovery_span, Duration::zero(),
+                  std::chrono::minutes(1));
   }
   if (auto rn = m.take("retry"); rn.IsDefined()) {
     auto& r = c.retry;

@@ -39,6 +39,7 @@ core::AdmissionConfig admission_config(const Config& c, const ClusterConfig& cl,
   a.throttle.min_requests = cl.throttle.min_requests;
   a.throttle.max_probability = cl.throttle.max_probability;
   a.throttle.recovery_run = cl.throttle.recovery_run;
+  a.throttle.recovery_span = cl.throttle.recovery_span;
 
   a.quota_mode = mode(c.tenants.enforce != QuotaEnforcement::Off && !c.tenants.quotas.empty(), c.tenants.dry_run);
   a.quota_when = c.tenants.enforce == QuotaEnforcement::Always ? core::QuotaWhen::Always : core::QuotaWhen::Overload;

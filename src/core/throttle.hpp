@@ -25,15 +25,20 @@
 // refusals at 2 minutes). So:
 //  - the probability is capped (max_probability, 0.9): at least 10% of
 //    requests always reach the backend as probes, whatever the history;
-//  - a run of `recovery_run` accepted attempts in a row (10: at 10% of
-//    even 100 req/s, a tenth of a second) clears the criticality's window,
-//    so what the probes see ends the refusal at once. A backend that still
-//    fails seldom answers ten in a row (at a 30% accept rate, 1 in 170,000),
-//    and one that does is back under the formula after min_requests more.
+//  - a run of accepted attempts in a row clears the criticality's window,
+//    so what the probes see ends the refusal at once. In the throttle's own
+//    steady state a backend accepts about 1/K of what reaches it, so the
+//    run must be one that steady state seldom produces: `recovery_run`
+//    (10) is its length for K = 2, and for another K it is the length with
+//    the same chance, (1/K)^n = 2^-10 (K = 1.1: 73). It must also span
+//    `recovery_span` (250 ms): at a high rate a run of 250 ms is hundreds
+//    in a row. A false clear costs about min_requests extra attempts, and
+//    the fresh window then throttles on what follows alone.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 
 #include "core/criticality.hpp"
@@ -48,20 +53,31 @@ struct ThrottleConfig {
   std::size_t buckets = 60;
   double min_requests = 20;
   double max_probability = 0.9;       ///< the rest always reaches the backend
-  std::uint32_t recovery_run = 10;    ///< accepted in a row that clear the history (0: never)
+  std::uint32_t recovery_run = 10;    ///< accepted in a row that clear the history (0: never) ...
+  Duration recovery_span = std::chrono::milliseconds(250);  ///< ... over at least this long
   Duration retry_after = std::chrono::seconds(1);
 };
 
 class AdaptiveThrottle {
  public:
   explicit AdaptiveThrottle(ThrottleConfig cfg = {})
-      : cfg_(cfg), requests_(cfg.window, cfg.buckets), accepts_(cfg.window, cfg.buckets) {}
+      : cfg_(cfg), window_(cfg.window, cfg.buckets), run_length_(run_length(cfg)) {}
+
+  /// Accepted attempts in a row that clear a criticality's window: as
+  /// unlikely at the steady state's accept ratio 1/K as recovery_run is at
+  /// 1/2 (0: never).
+  static std::uint32_t run_length(const ThrottleConfig& cfg) noexcept {
+    if (cfg.recovery_run == 0) return 0;
+    if (cfg.k <= 1.0 + 1e-9) return 0;  // K = 1 never rejects what the backend accepts: nothing to clear
+    const double n = std::ceil(cfg.recovery_run * std::log(2.0) / std::log(cfg.k));
+    return static_cast<std::uint32_t>(std::clamp(n, 1.0, 1e6));
+  }
 
   /// The current local rejection probability for criticality c.
   double probability(Criticality c, TimePoint now) noexcept {
-    double req = requests_.sum(now, index(c));
+    double req = window_.sum(now, requests_lane(c));
     if (req < cfg_.min_requests) return 0.0;
-    double acc = accepts_.sum(now, index(c));
+    double acc = window_.sum(now, accepts_lane(c));
     return std::clamp((req - cfg_.k * acc) / (req + 1.0), 0.0, cfg_.max_probability);
   }
 
@@ -70,7 +86,7 @@ class AdaptiveThrottle {
   Decision admit(Criticality c, TimePoint now, double u) noexcept {
     double p = probability(c, now);
     if (u < p) {
-      requests_.add(now, index(c), 1.0);
+      window_.add(now, requests_lane(c), 1.0);
       return Decision::reject(Reason::Throttle, cfg_.retry_after, /*no_retry=*/true);
     }
     return Decision::admit();
@@ -82,29 +98,41 @@ class AdaptiveThrottle {
   void on_response(Criticality c, TimePoint now, bool accepted) noexcept {
     auto& run = runs_[index(c)];
     if (!accepted) {
-      run = 0;
-      requests_.add(now, index(c), 1.0);
+      run.count = 0;
+      window_.add(now, requests_lane(c), 1.0);
       return;
     }
-    if (cfg_.recovery_run > 0 && ++run >= cfg_.recovery_run && probability(c, now) > 0) {
+    if (run.count++ == 0) run.start = now;
+    if (run_length_ > 0 && run.count >= run_length_ && now - run.start >= cfg_.recovery_span &&
+        probability(c, now) > 0) {
       // The backend takes work again: what it refused before is history.
-      requests_.clear_lane(index(c));
-      accepts_.clear_lane(index(c));
-      run = 0;
+      // (Forgiving only the refusals beyond K x the accepts, keeping the
+      // accepts, was tried: after a false forgiveness the kept accepts
+      // dilute new refusals, and at K = 1.1 the backend got 1.7x what it
+      // accepted instead of 1.3x.)
+      window_.clear_lane(requests_lane(c));
+      window_.clear_lane(accepts_lane(c));
+      run.count = 0;
     }
-    requests_.add(now, index(c), 1.0);
-    accepts_.add(now, index(c), 1.0);
+    window_.add(now, requests_lane(c), 1.0);
+    window_.add(now, accepts_lane(c), 1.0);
   }
 
-  double requests(Criticality c, TimePoint now) noexcept { return requests_.sum(now, index(c)); }
-  double accepts(Criticality c, TimePoint now) noexcept { return accepts_.sum(now, index(c)); }
+  double requests(Criticality c, TimePoint now) noexcept { return window_.sum(now, requests_lane(c)); }
+  double accepts(Criticality c, TimePoint now) noexcept { return window_.sum(now, accepts_lane(c)); }
   const ThrottleConfig& config() const noexcept { return cfg_; }
 
  private:
   ThrottleConfig cfg_;
-  SlidingWindow<kCriticalityCount> requests_;
-  SlidingWindow<kCriticalityCount> accepts_;
-  std::array<std::uint32_t, kCriticalityCount> runs_{};  ///< accepted in a row, by criticality
+  static std::size_t requests_lane(Criticality c) noexcept { return index(c); }
+  static std::size_t accepts_lane(Criticality c) noexcept { return kCriticalityCount + index(c); }
+  SlidingWindow<2 * kCriticalityCount> window_;  ///< requests and accepts, by criticality
+  struct Run {
+    std::uint32_t count = 0;  ///< accepted in a row
+    TimePoint start{};        ///< when the first of them was answered
+  };
+  std::array<Run, kCriticalityCount> runs_{};  ///< by criticality
+  std::uint32_t run_length_;
 };
 
 }  // namespace levee::core

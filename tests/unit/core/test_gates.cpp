@@ -123,17 +123,19 @@ TEST_CASE("throttle forgets after its window", "[throttle]") {
 }
 
 namespace {
-/// 190 requests a second through the throttle to a backend that accepts
-/// what `accepts(t)` says; returns, per 100 ms, the share of offered
-/// requests that reached the backend and the share it accepted.
+/// `rate` requests a second (190 by default) through the throttle to a
+/// backend that accepts what `accepts(t)` says; returns, per 100 ms, the
+/// share of offered requests that reached the backend and the share it
+/// accepted.
 struct ThrottleRun {
   std::vector<double> reached, accepted;
   double sent = 0, ok = 0;
 };
 template <typename Accepts>
-ThrottleRun drive(AdaptiveThrottle& t, SimClock& clk, Rng& rng, Duration span, Accepts&& accepts) {
+ThrottleRun drive(AdaptiveThrottle& t, SimClock& clk, Rng& rng, Duration span, Accepts&& accepts, int rate = 190) {
   ThrottleRun r;
-  const Duration gap = Duration(1s) / 190;
+  const Duration gap = Duration(1s) / rate;
+  const int slice = rate / 10;
   int in_slice = 0, reached = 0, ok = 0;
   for (Duration d{}; d < span; d += gap) {
     clk.advance(gap);
@@ -148,14 +150,30 @@ ThrottleRun drive(AdaptiveThrottle& t, SimClock& clk, Rng& rng, Duration span, A
         r.ok += 1;
       }
     }
-    if (in_slice == 19) {
-      r.reached.push_back(reached / 19.0);
-      r.accepted.push_back(ok / 19.0);
+    if (in_slice == slice) {
+      r.reached.push_back(reached / static_cast<double>(slice));
+      r.accepted.push_back(ok / static_cast<double>(slice));
       in_slice = reached = ok = 0;
     }
   }
   return r;
 }
+
+/// A backend that accepts `per_second` requests a second (a token bucket
+/// of 5, refilled at random around that rate: real service times vary, and
+/// a regular refill would make accepts regular too) and refuses the rest.
+struct Capacity {
+  double per_second;
+  double budget = 0;
+  TimePoint last{};
+  bool operator()(TimePoint now, Rng& rng) {
+    budget = std::min(5.0, budget + to_seconds(now - last) * per_second * 2.0 * rng.u());
+    last = now;
+    if (budget < 1.0) return false;
+    budget -= 1.0;
+    return true;
+  }
+};
 }  // namespace
 
 TEST_CASE("the throttle lets a recovered backend back in within a second", "[throttle][recovery]") {
@@ -194,33 +212,30 @@ TEST_CASE("the throttle lets a recovered backend back in within a second", "[thr
 }
 
 TEST_CASE("a backend that keeps refusing gets about K times what it accepts", "[throttle][recovery]") {
-  // It accepts 10 of the 190 a second and refuses the rest: K = 2 lets
-  // about 20 a second reach it, not 190; the recovery run (10 accepted in
-  // a row) almost never happens at a 10/20 accept ratio... and when it does,
-  // the window refills within min_requests.
-  AdaptiveThrottle t;
-  SimClock clk;
-  Rng rng(12);
-  double budget = 0;
-  TimePoint last{};
-  auto capacity_10 = [&](TimePoint now, Rng&) {
-    budget = std::min(5.0, budget + to_seconds(now - last) * 10.0);
-    last = now;
-    if (budget >= 1.0) {
-      budget -= 1.0;
-      return true;
-    }
-    return false;
+  // K = 2 lets about twice what the backend accepts reach it. At the low
+  // rate the cap's probes (10% of 190/s) are the floor; at the high rate
+  // the backend accepts half of what reaches it, so ten accepts in a row
+  // happen about twice a second, and only the recovery span (250 ms of
+  // them, ~250 in a row) keeps them from clearing the window.
+  struct Case {
+    int rate;
+    double capacity;
   };
-  drive(t, clk, rng, 150s, capacity_10);  // past a full window
-  const auto r = drive(t, clk, rng, 60s, capacity_10);
-  const double reached_per_s = r.sent / 60.0, accepted_per_s = r.ok / 60.0;
-  INFO("reached " << reached_per_s << "/s, accepted " << accepted_per_s << "/s");
-  CHECK(accepted_per_s > 8.0);
-  // K x accepts, with the probe floor (19/s) as the lower bound of what
-  // reaches it: between the floor and 1.5 K x accepts.
-  CHECK(reached_per_s < 1.5 * 2.0 * accepted_per_s);
-  CHECK(reached_per_s > 0.9 * 19.0);
+  for (Case c : {Case{190, 10}, Case{2000, 500}}) {
+    AdaptiveThrottle t;
+    SimClock clk;
+    Rng rng(12);
+    Capacity backend{c.capacity};
+    drive(t, clk, rng, 150s, backend, c.rate);  // past a full window
+    const auto r = drive(t, clk, rng, 60s, backend, c.rate);
+    const double reached_per_s = r.sent / 60.0, accepted_per_s = r.ok / 60.0;
+    WARN(c.rate << "/s offered: reached " << reached_per_s << "/s, accepted " << accepted_per_s << "/s");
+    CHECK(accepted_per_s > 0.8 * c.capacity);
+    const double floor = 0.1 * c.rate;
+    CHECK(reached_per_s > 0.9 * floor);
+    CHECK(reached_per_s < std::max(1.15 * 2.0 * accepted_per_s, 1.15 * floor));
+    CHECK(reached_per_s > 0.85 * std::max(2.0 * accepted_per_s, floor));
+  }
 }
 
 TEST_CASE("throttle rejections say don't retry", "[throttle]") {
