@@ -10,7 +10,9 @@
 
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "config/config.hpp"
@@ -34,7 +36,8 @@ void usage(std::ostream& o) {
        "      --workers N     override `workers` from the configuration\n"
        "      --debug         verbose process log\n"
        "\n"
-       "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight, exit 0).\n"
+       "Signals: SIGHUP reload the configuration, SIGUSR1 reopen the access log,\n"
+       "         SIGTERM/SIGINT drain (/ready 503, drain_delay, finish in-flight, exit 0).\n"
        "Docs: docs/configuration.md, docs/operations.md\n";
 }
 
@@ -90,7 +93,18 @@ int main(int argc, char** argv) {
     std::cout << validate << ": ok\n";
     return 0;
   }
-  auto r = levee::config::load_file(path);
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      std::cerr << path << ": cannot read the file\n";
+      return 2;
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  auto r = levee::config::load_string(text, path);
   if (!r.ok()) return report(r);
   auto cfg = std::make_shared<levee::config::Config>(std::move(*r.config));
   if (workers) cfg->workers = workers;
@@ -99,7 +113,7 @@ int main(int argc, char** argv) {
   // client gone) is an error to handle, not a reason to die.
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    levee::control::Server server(cfg);
+    levee::control::Server server(cfg, std::move(text), workers);
     server.start();
     return server.run();
   } catch (const std::exception& e) {

@@ -38,7 +38,7 @@ struct Exchange::Attempt {
 };
 
 Exchange::Exchange(Worker& w, Listener& l, Downstream& d, ExchangeBuffers& b, TimePoint start)
-    : w_(w), l_(l), d_(d), b_(b), rt_(*w.rt), rec_(w, l, d, b, start), wait_(b.wait_timer, d) {
+    : w_(w), l_(l), d_(d), b_(b), rt_(l.runtime()), rec_(w, l, d, b, start), wait_(b.wait_timer, d) {
   executor = w.ctx.get_executor();
 }
 
@@ -157,6 +157,7 @@ awaitable<bool> Exchange::run() {
     }
     rec_.request_id = std::string_view(b_.request_id, 32);
   }
+  b_.request_id_out = rec_.request_id;  // returned to the client with the answer
   // A small body is read whole before admission, so a client trickling it
   // in holds no permit meanwhile (a larger one streams once admitted, at
   // the listener's minimum rate). A client waiting for "100 Continue" sends
@@ -380,11 +381,11 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   Endpoint& ep = *cluster_->endpoints[a.endpoint];
   const TimePoint t = now();
   Fuse* fuse = fuse_.fuse();
-  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_) : w_.pool.take(cluster_->index, a.endpoint, t);
+  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_) : w_.pool.take(*cluster_, a.endpoint, t);
   if (up_) {
     a.reused = true;
   } else {
-    up_ = std::make_unique<UpstreamConn>(w_.ctx.get_executor(), cluster_->index, a.endpoint,
+    up_ = std::make_unique<UpstreamConn>(w_.ctx.get_executor(), *cluster_, a.endpoint,
                                          ep.addr_generation.load(std::memory_order_acquire));
     // Counted before connecting: nothing may open one more while this one connects.
     if (fuse) fuse->note_open(*up_);
@@ -437,7 +438,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
   const TimePoint t = now();
   http::UpstreamHead u{b_.req_head, info, rt_.rewrite_names, {}, "http", {}, {}, std::nullopt};
   u.client_ip = b_.client_ip();
-  u.default_host = cluster_->endpoints[a.endpoint]->label;
+  u.default_host = cluster_->endpoints[a.endpoint]->authority;
   if (info.request_id < 0) u.generated_id = rec_.request_id;
   if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - t;
   u.grpc_timeout = cls_.grpc_timeout;

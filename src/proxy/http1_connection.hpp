@@ -68,7 +68,8 @@ class Http1Connection final : public Downstream,
   void on_deadline(Watchdog::Phase p) noexcept override;
 
   Worker& w_;
-  Listener& l_;
+  Listener* l_;  ///< of the request in progress's Runtime (serve() renews it)
+  const std::size_t slot_;
   Socket sock_;
   Peer peer_;
   std::unique_ptr<IoBuffer> in_;
