@@ -655,6 +655,28 @@ void read_endpoint(Ctx& ctx, const YAML::Node& n, const std::string& path, Endpo
   read_double(ctx, m.take("weight"), m.sub("weight"), e.weight, 0.001, 1e6);
 }
 
+void read_orca_metric(Ctx& ctx, const YAML::Node& n, const std::string& path, core::OrcaMetric& out) {
+  if (!n.IsDefined() || !scalar(ctx, n, path, "an ORCA metric name")) return;
+  if (auto m = core::parse_orca_metric(n.Scalar())) out = *m;
+  else
+    ctx.error(n, path,
+              "'" + n.Scalar() +
+                  "' is not an ORCA metric: cpu_utilization, mem_utilization, application_utilization, "
+                  "rps_fractional, eps, or named_metrics.<name>, request_cost.<name>, utilization.<name>");
+}
+
+void read_load_report(Ctx& ctx, const YAML::Node& n, const std::string& path, LoadReportConfig& lr) {
+  Map m(ctx, n, path);
+  if (auto f = m.take("request_format"); f.IsDefined() && scalar(ctx, f, m.sub("request_format"), "off, text or json")) {
+    if (f.Scalar() == "off") lr.request_format = LoadReportConfig::Format::Off;
+    else if (f.Scalar() == "text") lr.request_format = LoadReportConfig::Format::Text;
+    else if (f.Scalar() == "json") lr.request_format = LoadReportConfig::Format::Json;
+    else ctx.error(f, m.sub("request_format"), "must be off, text or json, not '" + f.Scalar() + "'");
+  }
+  read_orca_metric(ctx, m.take("utilization"), m.sub("utilization"), lr.select.utilization);
+  read_orca_metric(ctx, m.take("cost"), m.sub("cost"), lr.select.cost);
+}
+
 void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, ClusterConfig& c) {
   Map m(ctx, n, path);
   auto nn = m.take("name");
@@ -792,6 +814,7 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     read_bool(ctx, sm.take("readiness"), sm.sub("readiness"), s.readiness);
     read_duration(ctx, sm.take("early_exit"), sm.sub("early_exit"), s.early_exit, Duration::zero(), hours(24));
   }
+  if (auto ln = m.take("load_report"); ln.IsDefined()) read_load_report(ctx, ln, m.sub("load_report"), c.load_report);
   read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
 }
 

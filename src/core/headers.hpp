@@ -27,23 +27,4 @@ std::optional<std::uint32_t> parse_attempt(std::string_view v) noexcept;
 /// grpc-retry-pushback-ms: a negative value means "do not retry".
 bool pushback_says_no_retry(std::string_view v) noexcept;
 
-/// What a backend reported in ORCA `endpoint-load-metrics`.
-struct LoadReport {
-  std::optional<double> cpu_utilization;
-  std::optional<double> application_utilization;
-  std::optional<double> cost_cpu;  ///< request_cost.cpu, CPU-seconds
-  /// The utilization levee balances on: application_utilization when the
-  /// backend gives it (it knows best), else cpu_utilization.
-  std::optional<double> utilization() const noexcept {
-    return application_utilization ? application_utilization : cpu_utilization;
-  }
-};
-
-enum class OrcaStatus : std::uint8_t { Ok, Malformed, Unsupported };
-
-/// Parses `TEXT k=v, k=v` and `JSON {...}` forms. Unknown keys are ignored;
-/// BIN (base64 protobuf) is Unsupported. A malformed or negative/NaN value
-/// makes the whole report Malformed: a half-understood report is not used.
-OrcaStatus parse_orca(std::string_view v, LoadReport& out) noexcept;
-
 }  // namespace levee::core

@@ -2,6 +2,8 @@
 
 #include <boost/beast/http/error.hpp>
 
+#include <cstring>
+
 #include "core/headers.hpp"
 #include "core/text.hpp"
 
@@ -143,8 +145,22 @@ void ResponseParser::on_stored(FieldId id, std::string_view name, std::string_vi
     return;
   }
   if (iequals(name, names_.load_report)) info_.load_report = at;
+  else if (iequals(name, names_.load_report_bin)) info_.load_report_bin = at;
   else if (iequals(name, names_.no_retry) || iequals(name, "x-envoy-overloaded")) info_.no_retry = true;
   else if (iequals(name, "grpc-retry-pushback-ms") && core::pushback_says_no_retry(value)) info_.no_retry = true;
+}
+
+void ResponseParser::on_trailer(std::string_view name, std::string_view value) noexcept {
+  const bool bin = iequals(name, names_.load_report_bin);
+  if (!bin && !iequals(name, names_.load_report)) return;
+  auto& t = info_.trailer_load;
+  if (value.size() > t.data.size()) {
+    t.truncated = true;
+    return;
+  }
+  std::memcpy(t.data.data(), value.data(), value.size());
+  t.size = static_cast<std::uint16_t>(value.size());
+  t.bin = bin;
 }
 
 }  // namespace levee::http

@@ -76,6 +76,7 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
       // Trailers are not forwarded, but they are bounded like a head.
       trailer_bytes_ += name_sv.size() + value_sv.size() + 4;
       if (++trailer_fields_ > kMaxTrailerFields || trailer_bytes_ > kMaxTrailerBytes) ec = beast_http::error::header_limit;
+      else static_cast<Derived*>(this)->on_trailer({name_sv.data(), name_sv.size()}, {value_sv.data(), value_sv.size()});
       return;
     }
     std::string_view name{name_sv.data(), name_sv.size()};
@@ -122,6 +123,7 @@ class RequestParser : public StreamingParser<true, RequestParser> {
   void on_request_impl(Verb method, boost::beast::string_view method_str, boost::beast::string_view target,
                        int version, error_code& ec) override;
   void on_stored(FieldId id, std::string_view name, std::string_view value, int at, error_code& ec);
+  void on_trailer(std::string_view, std::string_view) noexcept {}
 
   RequestInfo& info_;
   std::string_view request_id_;
@@ -131,6 +133,7 @@ class RequestParser : public StreamingParser<true, RequestParser> {
 /// The response fields levee reads (configurable names).
 struct ResponseSignals {
   std::string load_report = "endpoint-load-metrics";
+  std::string load_report_bin = "endpoint-load-metrics-bin";  ///< load_report + "-bin"
   std::string no_retry = "x-levee-no-retry";
 };
 
@@ -143,6 +146,7 @@ class ResponseParser : public StreamingParser<false, ResponseParser> {
   friend class StreamingParser<false, ResponseParser>;
   void on_response_impl(int code, boost::beast::string_view reason, int version, error_code& ec) override;
   void on_stored(FieldId id, std::string_view name, std::string_view value, int at, error_code& ec);
+  void on_trailer(std::string_view name, std::string_view value) noexcept;
 
   ResponseInfo& info_;
   const ResponseSignals& names_;
