@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Long fuzzing runs, by hand (ctest runs each target for a short time only).
+#
+#   scripts/fuzz.sh                         every target, 3600 s each (a CPU-hour), 2 at a time
+#   scripts/fuzz.sh --seconds 600 orca      one target, 10 minutes
+#   scripts/fuzz.sh --known-bugs stall,pushback http_request http_response
+#
+# --known-bugs steps over reported, still open bugs (LEVEE_FUZZ_KNOWN_BUGS,
+# see tests/fuzz/fuzz_check.hpp) so a run keeps looking for others.
+# Each target runs as one process (one CPU) over a corpus kept between runs
+# in build-fuzz/fuzz-runs/<target>/corpus/, started from the committed seeds;
+# crashes land beside it as crash-*, and the log as log.txt. At the end a
+# table gives, per target: execs/s, coverage (libFuzzer's cov = edges, ft =
+# features), corpus size and crashes. Record figures in docs/security.md.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+seconds=3600
+jobs=2
+known=""
+targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --known-bugs) known="$2"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(signals orca config http_request http_response)
+fi
+
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz
+
+runs="$ROOT/build-fuzz/fuzz-runs"
+run_one() {
+  local t="$1" dir="$runs/$1"
+  mkdir -p "$dir/corpus"
+  local dict=()
+  [ -f "tests/fuzz/dict/$t.dict" ] && dict=(-dict="tests/fuzz/dict/$t.dict")
+  LEVEE_FUZZ_KNOWN_BUGS="$known" "build-fuzz/tests/fuzz/fuzz_$t" \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+    -print_final_stats=1 -print_pcs=0 "${dict[@]}" -artifact_prefix="$dir/" \
+    "$dir/corpus" "tests/fuzz/corpus/$t" >"$dir/log.txt" 2>&1 || true
+}
+
+echo "fuzz.sh: ${targets[*]}: $seconds s each, $jobs at a time${known:+, stepping over: $known}"
+running=0
+for t in "${targets[@]}"; do
+  [ -x "build-fuzz/tests/fuzz/fuzz_$t" ] || { echo "fuzz.sh: no target fuzz_$t" >&2; exit 2; }
+  run_one "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+
+printf '\n%-14s %8s %12s %9s %6s %7s %8s %9s %7s\n' target seconds execs execs/s cov ft corpus bytes crashes
+for t in "${targets[@]}"; do
+  dir="$runs/$t"
+  log="$dir/log.txt"
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1 || true)
+  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+  ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+  files=$(find "$dir/corpus" -type f | wc -l)
+  bytes=$(find "$dir/corpus" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  crashes=$(find "$dir" -maxdepth 1 \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | wc -l)
+  printf '%-14s %8s %12s %9s %6s %7s %8s %9s %7s\n' "$t" "$seconds" "${execs:-?}" "${rate:-?}" "${cov:-?}" \
+    "${ft:-?}" "$files" "$bytes" "$crashes"
+done
+echo "logs and crashes: $runs/<target>/"
