@@ -22,6 +22,7 @@ const h1::WatchedNames& names() {
 
 struct RequestTraits {
   using Info = h1::RequestInfo;
+  static constexpr bool kResponse = false;
   using Parser = h1::RequestParser;
 
   static Parser make(h1::Head& head, Info& info, h1::BodySink& sink) { return Parser(head, info, sink, names()); }

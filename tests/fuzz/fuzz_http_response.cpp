@@ -21,6 +21,7 @@ const h1::ResponseWatched& names() {
 
 struct ResponseTraits {
   using Info = h1::ResponseInfo;
+  static constexpr bool kResponse = true;
   using Parser = h1::ResponseParser;
 
   static Parser make(h1::Head& head, Info& info, h1::BodySink& sink) { return Parser(head, info, sink, names()); }

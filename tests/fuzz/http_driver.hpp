@@ -16,7 +16,8 @@
 //     method is a token and the target has no space or control: levee
 //     copies all of them into the head it sends on;
 //   - splitting does not matter: the same bytes parsed in one piece with an
-//     unbounded sink give the same messages, fields and body bytes;
+//     unbounded sink give the same messages, fields and body bytes (but see
+//     drive(): a bad head may still be incomplete, not yet refused, in pieces);
 //   - per-parser checks of what was noted while parsing (Traits::check).
 //
 // Parameter bytes before the payload (missing bytes read as 0):
@@ -106,7 +107,8 @@ inline void check_fields(const h1::Head& head, std::size_t max_fields) {
 }
 
 /// Parses `input` as a connection would. Traits supplies the parser:
-///   using Info; using Parser; static Parser make(Head&, Info&, BodySink&);
+///   using Info; using Parser; static constexpr bool kResponse;
+///   static Parser make(Head&, Info&, BodySink&);
 ///   static void check(const Parser&, const Head&, const Info&);
 ///   static std::string describe(const Info&);
 ///   static bool bodyless(const Parser&, const Info&, const DriveParams&);
@@ -134,7 +136,7 @@ class Connection {
       typename Traits::Info info{};
       auto p = Traits::make(head_, info, sink_);
       p.header_limit(static_cast<std::uint32_t>(prm_.header_limit));
-      if (prm_.head_response) p.skip(true);
+      if (Traits::kResponse && prm_.head_response) p.skip(true);  // the answer to a HEAD
       Message m = one(p, info);
       out.push_back(std::move(m));
       const Message& last = out.back();
@@ -254,10 +256,19 @@ int drive(const std::uint8_t* data, std::size_t size) {
   if (split.stalled()) return 0;  // only with LEVEE_FUZZ_KNOWN_BUGS=stall
   Connection<Traits> whole(prm, input, true);
   const auto want = whole.run();
-  FUZZ_CHECK(got.size() == want.size(), "%zu messages in pieces, %zu in one piece", got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
     const Message& a = got[i];
     const Message& b = want[i];
+    // The one allowed difference: Beast tries a head at once on its first
+    // bytes, then waits for CRLF CRLF before looking again. So a head the
+    // one-piece parse rejects may, in pieces, still be waiting for its end
+    // when the input ends. Nothing is accepted either way.
+    if (b.error && !a.error && !a.done && !a.header_done && i + 1 == got.size()) continue;
+    // Open bug "header-limit": Beast gives the start line and the fields a
+    // header limit each when the start line arrives whole in one read, but
+    // one limit for the whole head otherwise: whether a head is refused
+    // depends on how it was split.
+    if (known_bug("header-limit") && (a.error && !a.header_done) != (b.error && !b.header_done)) return 0;
     FUZZ_CHECK(a.header_done == b.header_done && a.done == b.done && a.error == b.error,
                "message %zu: header_done/done/error %d%d%d in pieces, %d%d%d in one piece", i, a.header_done, a.done,
                a.error, b.header_done, b.done, b.error);
@@ -267,6 +278,7 @@ int drive(const std::uint8_t* data, std::size_t size) {
     FUZZ_CHECK(a.body == b.body, "message %zu: %zu body bytes in pieces, %zu in one piece", i, a.body.size(),
                b.body.size());
   }
+  FUZZ_CHECK(got.size() == want.size(), "%zu messages in pieces, %zu in one piece", got.size(), want.size());
   return 0;
 }
 

@@ -62,10 +62,18 @@ HTTP_REQUEST = {
                                   "5;" + "e" * 1400 + "\nhello\n0\n\n"),
     "stall-trailer": crlf("POST /c HTTP/1.1\nHost: a\nTransfer-Encoding: chunked\n\n"
                           "5\nhello\n0\nX-Big: " + "t" * 1400 + "\n\n"),
+    # Reproducer of the header-limit inconsistency: with a limit of 1024, a
+    # 1030-byte head (over by less than its 16-byte start line) passes when
+    # read at once and is refused (431) when it arrives in pieces.
+    "header-limit-one-read": crlf("GET / HTTP/1.1\nHost: a\nX-Pad: " + "p" * 994 + "\n\n"),
+    # An empty chunked body a byte at a time: Boost 1.81's Beast asserts
+    # wrongly here (see boost_assert.cpp).
+    "chunked-empty-byte-reads": crlf("POST /c HTTP/1.1\nHost: a\nTransfer-Encoding: chunked\n\n0\n\n"),
 }
 # Per-seed parameters (default: params()).
 HTTP_REQUEST_PARAMS = {
     "post-content-length-tiny-reads": params(**TINY),
+    "chunked-empty-byte-reads": params(**TINY),
     "large-params-chunked": params(**LARGE),
 }
 
