@@ -4,6 +4,7 @@
 #   scripts/deps.sh            build dependencies only
 #   scripts/deps.sh --test     also the real peers the tests drive
 #                              (redis, haproxy, nginx, wrk, h2load, promtool, curl)
+#                              and clang with its libFuzzer runtime (tests/fuzz)
 #   scripts/deps.sh --bench    also what the benchmark report needs (matplotlib)
 #
 # Distro packages come from the machine's own sources. Two things are not
@@ -109,7 +110,8 @@ fi
 
 if [ "$want_test" -eq 1 ]; then
   test_pkgs=(curl redis-server haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
-             python3 openssl procps iproute2)
+             python3 openssl procps iproute2
+             clang libclang-rt-dev)  # libFuzzer, ASan, UBSan for clang (a Recommends of clang's)
   apt_install "${test_pkgs[@]}"
 fi
 if [ "$want_bench" -eq 1 ]; then

@@ -87,8 +87,9 @@ for t in "${targets[@]}"; do
   last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1 || true)
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
-  files=$(find "$dir/corpus" -type f | wc -l)
-  bytes=$(find "$dir/corpus" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  # libFuzzer's own count (the files on disk also hold inputs it has since reduced)
+  files=$(sed -n 's/.* corp: \([0-9]*\)\/.*/\1/p' <<<"$last")
+  bytes=$(sed -n 's/.* corp: [0-9]*\/\([0-9]*[a-zA-Z]*\) .*/\1/p' <<<"$last")
   crashes=$(find "$dir" -maxdepth 1 \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | wc -l)
   printf '%-14s %8s %12s %9s %6s %7s %8s %9s %7s\n' "$t" "$cpu" "${execs:-?}" "${rate:-?}" "${cov:-?}" \
     "${ft:-?}" "$files" "$bytes" "$crashes"
