@@ -12,16 +12,21 @@ std::optional<Duration> parse_grpc_timeout(std::string_view v) noexcept {
   if (v.size() < 2 || v.size() > 9) return std::nullopt;
   auto digits = parse_u64(v.substr(0, v.size() - 1));
   if (!digits) return std::nullopt;
-  const auto n = static_cast<std::int64_t>(*digits);
+  std::int64_t unit_ns;
   switch (v.back()) {
-    case 'H': return std::chrono::hours(n);
-    case 'M': return std::chrono::minutes(n);
-    case 'S': return std::chrono::seconds(n);
-    case 'm': return std::chrono::milliseconds(n);
-    case 'u': return std::chrono::microseconds(n);
-    case 'n': return std::chrono::nanoseconds(n);
+    case 'H': unit_ns = 3600000000000; break;
+    case 'M': unit_ns = 60000000000; break;
+    case 'S': unit_ns = 1000000000; break;
+    case 'm': unit_ns = 1000000; break;
+    case 'u': unit_ns = 1000; break;
+    case 'n': unit_ns = 1; break;
     default: return std::nullopt;
   }
+  // Eight digits of hours (or minutes) do not fit a nanosecond count: test
+  // against the cap before multiplying, never after.
+  const auto n = static_cast<std::int64_t>(*digits);  // at most 99999999
+  if (n > kMaxHeaderTimeout.count() / unit_ns) return kMaxHeaderTimeout;
+  return Duration(n * unit_ns);
 }
 
 std::size_t format_grpc_timeout(Duration d, char* out) noexcept {
@@ -47,7 +52,8 @@ std::size_t format_grpc_timeout(Duration d, char* out) noexcept {
 
 std::optional<Duration> parse_timeout_ms(std::string_view v) noexcept {
   auto n = parse_u64(trim(v));
-  if (!n || *n > 86400000ull * 365) return std::nullopt;
+  if (!n || *n > static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(kMaxHeaderTimeout).count()))
+    return std::nullopt;
   return std::chrono::milliseconds(static_cast<std::int64_t>(*n));
 }
 
@@ -59,7 +65,9 @@ std::optional<std::uint32_t> parse_attempt(std::string_view v) noexcept {
 
 bool pushback_says_no_retry(std::string_view v) noexcept {
   v = trim(v);
-  return !v.empty() && v.front() == '-';
+  std::int32_t ms = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
+  return ec != std::errc{} || p != v.data() + v.size() || ms < 0;
 }
 
 }  // namespace levee::core

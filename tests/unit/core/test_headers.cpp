@@ -33,6 +33,31 @@ TEST_CASE("grpc-timeout formatting round-trips within 8 digits", "[headers]") {
   }
 }
 
+TEST_CASE("grpc-timeout beyond a year reads as a year instead of overflowing", "[headers]") {
+  // 99999999H is a valid grpc-timeout and ~3.6e20 ns: more than int64 holds.
+  CHECK(parse_grpc_timeout("99999999H") == kMaxHeaderTimeout);
+  CHECK(parse_grpc_timeout("99999999M") == kMaxHeaderTimeout);
+  CHECK(parse_grpc_timeout("2562048H") == kMaxHeaderTimeout);  // just past INT64_MAX ns
+  CHECK(parse_grpc_timeout("8760H") == kMaxHeaderTimeout);      // exactly the cap
+  CHECK(parse_grpc_timeout("8759H") == Duration(8759h));
+  CHECK(parse_grpc_timeout("99999999S") == kMaxHeaderTimeout);  // ~3.2 years
+  CHECK(parse_grpc_timeout("99999999m") == Duration(99999999ms));
+}
+
+TEST_CASE("grpc-retry-pushback-ms: negative or unparseable means don't retry (gRFC A6)", "[headers]") {
+  CHECK_FALSE(pushback_says_no_retry("0"));
+  CHECK_FALSE(pushback_says_no_retry("250"));
+  CHECK_FALSE(pushback_says_no_retry("2147483647"));
+  CHECK(pushback_says_no_retry("-1"));
+  CHECK(pushback_says_no_retry("-2147483648"));
+  CHECK(pushback_says_no_retry(""));
+  CHECK(pushback_says_no_retry("soon"));
+  CHECK(pushback_says_no_retry("1.5"));
+  CHECK(pushback_says_no_retry("+5"));
+  CHECK(pushback_says_no_retry("2147483648"));  // not a 32-bit value
+  CHECK(pushback_says_no_retry("12ms"));
+}
+
 TEST_CASE("timeout and attempt headers", "[headers]") {
   CHECK(parse_timeout_ms("1500") == Duration(1500ms));
   CHECK(parse_timeout_ms(" 0 ") == Duration(0ms));
