@@ -39,6 +39,7 @@ bool digits(std::string_view v) noexcept {
 
 void RequestParser::on_request_impl(Verb method, boost::beast::string_view method_str,
                                     boost::beast::string_view target, int version, error_code& ec) {
+  count_start_line(method_str.size() + 1 + target.size() + 1 + 8 + 2);  // METHOD SP target SP HTTP/x.y CRLF
   info_.method = method;
   info_.method_str = head_.store({method_str.data(), method_str.size()});
   info_.version = version;
@@ -124,6 +125,7 @@ void RequestParser::on_stored(FieldId id, std::string_view name, std::string_vie
 }
 
 void ResponseParser::on_response_impl(int code, boost::beast::string_view reason, int version, error_code&) {
+  count_start_line(8 + 1 + 3 + 1 + reason.size() + 2);  // HTTP/x.y SP 200 SP reason CRLF
   info_.status = code;
   info_.version = version;
   info_.reason = head_.store({reason.data(), reason.size()});

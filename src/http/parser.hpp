@@ -57,6 +57,32 @@ inline constexpr std::size_t kMaxTrailerBytes = 16 * 1024;
 /// Derived::on_stored(id, name, value, index, ec) to pick out what it notes.
 template <bool isRequest, class Derived>
 class StreamingParser : public beast_http::basic_parser<isRequest> {
+  using Base = beast_http::basic_parser<isRequest>;
+
+ public:
+  /// The most bytes the whole head (start line and fields) may take.
+  /// Beast (1.81) checks its limit only against the bytes not yet consumed:
+  /// a head that arrives in pieces has its complete field lines consumed
+  /// one read at a time and never reaches the limit, so a client that
+  /// trickles its fields could send far more than max_header_bytes. put()
+  /// below gives Beast what is left of the budget instead.
+  void header_limit(std::uint32_t v) noexcept {
+    limit_ = v;
+    Base::header_limit(v);
+  }
+  template <class ConstBufferSequence>
+  std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
+    const bool in_head = !this->is_header_done();
+    budget_ = head_used_ < limit_ ? limit_ - head_used_ : 0;
+    if (in_head) Base::header_limit(static_cast<std::uint32_t>(budget_));
+    const std::size_t n = Base::put(buffers, ec);
+    if (in_head) {
+      if (!this->is_header_done()) head_used_ += n;
+      else Base::header_limit(static_cast<std::uint32_t>(limit_));  // trailers: a budget of their own
+    }
+    return n;
+  }
+
  protected:
   StreamingParser(Head& head, BodySink& sink, bool& too_many_fields)
       : head_(head), sink_(sink), too_many_fields_(too_many_fields) {
@@ -68,6 +94,13 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
   void on_response_impl(int, boost::beast::string_view, int, error_code&) override {}
 
   Head& head_;
+
+  /// Called by the derived start-line callbacks with the start line's
+  /// length: when it arrives whole, Beast would give the fields a limit of
+  /// their own after it; they get what the start line left instead.
+  void count_start_line(std::size_t n) noexcept {
+    Base::header_limit(static_cast<std::uint32_t>(budget_ > n ? budget_ - n : 0));
+  }
 
  private:
   void on_field_impl(FieldId id, boost::beast::string_view name_sv, boost::beast::string_view value_sv,
@@ -108,6 +141,9 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
   BodySink& sink_;
   bool& too_many_fields_;
   bool header_done_ = false;
+  std::size_t limit_ = 8192;    ///< Beast's default
+  std::size_t head_used_ = 0;   ///< head bytes consumed by earlier put() calls
+  std::size_t budget_ = 8192;   ///< what the head may still take, as of this put()
   std::size_t trailer_fields_ = 0;
   std::size_t trailer_bytes_ = 0;
 };
