@@ -363,7 +363,7 @@ class Backend {
       std::snprintf(buf, sizeof buf, "JSON {\"cpu_utilization\": %.4f, \"application_utilization\": %.4f, \"request_cost\": {\"cpu\": %.6f}}", util, util, cost);
       orca = buf;
     } else if (opt_.orca == "garbage") {
-      orca = "TEXT cpu_utilization=banana";
+      orca = "JSON {\"cpu_utilization\": banana";  // framing that cannot be read
     } else if (opt_.orca == "when-asked") {
       // As vLLM and Triton do: only when the request asks, in their metrics.
       const auto fmt = field(p, "endpoint-load-metrics-format");

@@ -128,7 +128,7 @@ OrcaStatus parse_text(std::string_view body, Picker& pick) noexcept {
     }
     const auto v = number(tok.substr(eq + 1));
     if (!v) pick.malformed();
-    else if (kind != Kind::None) pick.put(kind, name, *v);
+    else pick.put(kind, name, *v);  // a known unused metric (rps) is still checked
   });
   return OrcaStatus::Ok;
 }
@@ -227,7 +227,7 @@ class Json {
     Kind kind;
     std::string_view name;
     if (!classify(key, kind, name) || !name.empty()) pick_.unknown();  // "request_cost.cpu" is no JSON key
-    else if (kind != Kind::None) pick_.put(kind, {}, *v);
+    else pick_.put(kind, {}, *v);
     return true;
   }
   bool literal(std::string_view& raw) noexcept {

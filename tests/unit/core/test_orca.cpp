@@ -187,14 +187,14 @@ TEST_CASE("the binary form as grpc-go sends it: endpoint-load-metrics-bin, unpad
 TEST_CASE("unknown and malformed metrics are ignored and counted; the rest is used", "[orca]") {
   LoadReport r;
   REQUIRE(parse_orca("TEXT cpu_utilization=0.3, foo=1, request_cost.cpu=-1, mem_utilization=abc, noequals, "
-                     "application_utilization=nan, named_metrics.x=1e999",
+                     "application_utilization=nan, named_metrics.x=1e999, rps=-1, rps_fractional=2.5",
                      r) == OrcaStatus::Ok);
   CHECK_THAT(*r.cpu_utilization, WithinAbs(0.3, 1e-12));
   CHECK_FALSE(r.cost);
   CHECK_FALSE(r.mem_utilization);
   CHECK_FALSE(r.application_utilization);
   CHECK(r.unknown == 1);
-  CHECK(r.malformed == 5);
+  CHECK(r.malformed == 6);  // rps is known and unused, and still checked (fuzz_orca: regress-negative-rps)
   LoadReport j;
   REQUIRE(parse_orca(R"(JSON {"cpuUtilization": 0.5, "requestCost": {"cpu": 1e-3, "db": "x"}, "tags": [1, "a", {"b": 2}], "ok": true, "eps": -2})",
                      j) == OrcaStatus::Ok);
