@@ -155,6 +155,6 @@ std::string Server::info_json() const {
   return o.str();
 }
 
-std::string Server::config_json() const { return config::to_json(*cfg_) + "\n"; }
+std::string Server::config_json() const { return config::to_json(*cfg_); }
 
 }  // namespace levee::control

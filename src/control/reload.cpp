@@ -121,7 +121,11 @@ std::vector<std::string> Server::restart_only(const config::Config& next, const 
   if (a.header_timeout != b.header_timeout || a.idle_timeout != b.idle_timeout ||
       a.max_connections != b.max_connections)
     refuse("admin", "the admin listener's timeouts and connection cap");
-  if (config::section_json(next, "quota_sync") != config::section_json(*cfg_, "quota_sync"))
+  // (Secrets are redacted in the JSON: compared on their own.)
+  const auto& nr = next.quota_sync.redis;
+  const auto& cr = cfg_->quota_sync.redis;
+  if (config::section_json(next, "quota_sync") != config::section_json(*cfg_, "quota_sync") ||
+      nr.password != cr.password || nr.sentinel_password != cr.sentinel_password)
     refuse("quota_sync", "the fleet quota sync");
   else if (cfg_->quota_sync.enabled) {
     // The sync's layout is indexed by cluster and tenant.
