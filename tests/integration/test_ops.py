@@ -247,6 +247,36 @@ class Reload(unittest.TestCase):
         self.assertEqual({get(lv)[1] for _ in range(30)}, {"b"})
 
 
+class ReloadKeepsState(unittest.TestCase):
+    def test_ejection_and_pooled_connections_survive_a_reload(self):
+        good = Backend(self, name="good")
+        bad = Backend(self, name="bad")
+        bad.admin("fail?status=500&rate=1")
+        lv = Levee(self, [cluster("app", [good.address, bad.address],
+                                  outlier_detection={"consecutive_failures": 3, "base_ejection": "30s"},
+                                  retry={"enabled": False})])
+        for _ in range(40):
+            lv.request("GET", "/")
+        self.assertEqual(lv.metric("levee_endpoint_ejected", endpoint=bad.address), 1)
+        # bad would answer well now: only its carried ejection keeps it out.
+        bad.admin("fail?status=500&rate=0")
+        keep = lv.conn()
+        self.assertEqual(get(lv, conn=keep)[:2], (200, "good"))
+        connects = lv.metric("levee_upstream_connections_total")
+        cfg = json.loads(json.dumps(lv.cfg))
+        cfg["clusters"].append(cluster("other", [good.address]))  # a change elsewhere
+        rewrite(lv, cfg)
+        status, body = admin_post(lv, "/admin/reload")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["changed"], "clusters")
+        self.assertEqual(lv.metric("levee_endpoint_ejected", endpoint=bad.address), 1)
+        self.assertEqual(lv.metric("levee_endpoint_ejections_total", endpoint=bad.address), 1)
+        self.assertEqual({get(lv, conn=keep)[1] for _ in range(30)}, {"good"})
+        # One client connection, one at a time: the pooled upstream
+        # connection carried over serves them all.
+        self.assertEqual(lv.metric("levee_upstream_connections_total"), connects)
+
+
 class Signals(unittest.TestCase):
     def test_sigusr1_reopens_the_access_log(self):
         a = Backend(self, name="a")
