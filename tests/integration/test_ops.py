@@ -457,6 +457,48 @@ class AdminActions(unittest.TestCase):
         self.assertEqual(cfg["listeners"][0]["port"], lv.port)
 
 
+class Cli(unittest.TestCase):
+    def run_levee(self, *args):
+        from harness import LEVEE
+        import subprocess
+        return subprocess.run([LEVEE, *args], capture_output=True, text=True, timeout=10)
+
+    def test_bad_values_are_clear_errors(self):
+        r = self.run_levee("--log-level", "loud")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--log-level must be trace, debug, info, warn, error, critical or off, not 'loud'", r.stderr)
+        r = self.run_levee("--workers", "0")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--workers must be a number from 1 to 1024, not '0'", r.stderr)
+
+    def test_validate_catches_an_admin_port_clashing_with_a_listener(self):
+        port = free_port()
+        cfg = {"admin": {"address": "127.0.0.1", "port": port},
+               "listeners": [{"name": "main", "address": "0.0.0.0", "port": port, "routes": [{"cluster": "a"}]}],
+               "clusters": [cluster("a", ["127.0.0.1:1"])]}
+        fd, path = tempfile.mkstemp(suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            json.dump(cfg, f)
+        self.addCleanup(os.unlink, path)
+        r = self.run_levee("--validate", path)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"admin.port: clashes with a listener on 0.0.0.0:{port}", r.stderr)
+
+    def test_log_level_quietens_the_process_log(self):
+        a = Backend(self, name="a")
+        lv = Levee(self, [cluster("a", [a.address])])
+        self.assertIn("levee listening", lv.proc.output())
+        self.assertEqual(admin_post(lv, "/admin/log_level?level=warn")[0], 200)
+        # Endpoint actions are logged at info: not shown under warn.
+        self.assertEqual(admin_post(lv, f"/admin/endpoint/drain?cluster=a&endpoint={a.address}")[0], 200)
+        self.assertEqual(admin_post(lv, "/admin/log_level?level=info")[0], 200)
+        self.assertEqual(admin_post(lv, f"/admin/endpoint/enable?cluster=a&endpoint={a.address}")[0], 200)
+        out = lv.proc.output()
+        self.assertNotIn(f"endpoint {a.address}: draining", out)
+        self.assertIn(f"endpoint {a.address}: enabled", out)
+        self.assertEqual(get(lv)[0], 200)
+
+
 class AdminToken(unittest.TestCase):
     def test_token_is_redacted_and_authorises(self):
         a = Backend(self, name="a")
