@@ -130,6 +130,19 @@ awaitable<bool> Exchange::refuse(Reason r, std::string_view detail) { co_return 
 
 awaitable<bool> Exchange::run() {
   const auto& info = b_.req;
+  // First: every answer and log line, refusals included, carries it.
+  if (info.request_id >= 0) {
+    rec_.request_id = b_.req_head.value(info.request_id);
+  } else {
+    static constexpr char hex[] = "0123456789abcdef";
+    const std::uint64_t a = w_.rng.next(), b = w_.rng.next();
+    for (int i = 0; i < 16; ++i) {
+      b_.request_id[i] = hex[(a >> (i * 4)) & 0xf];
+      b_.request_id[16 + i] = hex[(b >> (i * 4)) & 0xf];
+    }
+    rec_.request_id = std::string_view(b_.request_id, 32);
+  }
+  b_.request_id_out = rec_.request_id;  // returned to the client with the answer
   cls_ = l_.classifier.classify(http::authority(b_.req_head, info), info.target, b_.req_head.fields(),
                                 d_.peer().address, rec_.start);
   rec_.criticality = cls_.criticality;
@@ -147,18 +160,6 @@ awaitable<bool> Exchange::run() {
         rt_.cfg->headers.criticality + " must be CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE";
     co_return co_await fail(Reason::BadCriticality, detail);
   }
-  if (info.request_id >= 0) {
-    rec_.request_id = b_.req_head.value(info.request_id);
-  } else {
-    static constexpr char hex[] = "0123456789abcdef";
-    const std::uint64_t a = w_.rng.next(), b = w_.rng.next();
-    for (int i = 0; i < 16; ++i) {
-      b_.request_id[i] = hex[(a >> (i * 4)) & 0xf];
-      b_.request_id[16 + i] = hex[(b >> (i * 4)) & 0xf];
-    }
-    rec_.request_id = std::string_view(b_.request_id, 32);
-  }
-  b_.request_id_out = rec_.request_id;  // returned to the client with the answer
   // A small body is read whole before admission, so a client trickling it
   // in holds no permit meanwhile (a larger one streams once admitted, at
   // the listener's minimum rate). A client waiting for "100 Continue" sends

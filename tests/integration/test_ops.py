@@ -457,6 +457,48 @@ class AdminActions(unittest.TestCase):
         self.assertEqual(cfg["listeners"][0]["port"], lv.port)
 
 
+class AccessLogFields(unittest.TestCase):
+    def test_configured_fields_request_id_returned_and_reload_changes_them(self):
+        a = Backend(self, name="a")
+        d = tempfile.mkdtemp(prefix="levee-log-")
+        path = os.path.join(d, "access.log")
+        fields = ["method", "path", "host", "status", "user_agent", "xff", "request_id", "reason"]
+        lv = Levee(self, [cluster("a", [a.address])],
+                   routes=[{"match": {"prefix": "/api"}, "cluster": "a"}],
+                   extra={"access_log": {"enabled": True, "path": path, "format": "json", "flush_interval": "10ms",
+                                         "reject_sample": 1.0, "fields": fields}})
+        # http.client sends header values as Latin-1: the e-acute is the byte
+        # 0xE9, not UTF-8; the JSON line must still be valid UTF-8.
+        status, headers, _ = lv.request("GET", "/api/x?q=1", headers={
+            "User-Agent": "probe/1 \u00e9", "X-Forwarded-For": "203.0.113.9", "Host": "shop.example"})
+        self.assertEqual(status, 200)
+        rid = headers["x-request-id"]
+        self.assertRegex(rid, r"^[0-9a-f]{32}$")
+        # A local answer (no route) carries the client's own id back.
+        status, headers, _ = lv.request("GET", "/nothing", headers={"X-Request-Id": "client-id-7"})
+        self.assertEqual(status, 404)
+        self.assertEqual(headers.get("x-request-id"), "client-id-7")
+
+        def lines():
+            with open(path, encoding="utf-8") as f:
+                return [json.loads(text) for text in f.read().splitlines()]
+        wait_until(lambda: len(lines()) == 2, what="two lines")
+        first, second = lines()
+        self.assertEqual(list(first), fields)
+        self.assertEqual(first, {"method": "GET", "path": "/api/x", "host": "shop.example", "status": 200,
+                                 "user_agent": "probe/1 \ufffd", "xff": "203.0.113.9", "request_id": rid,
+                                 "reason": first["reason"]})
+        self.assertEqual((second["status"], second["request_id"]), (404, "client-id-7"))
+        # A reload changes the layout from the next line on.
+        cfg = json.loads(json.dumps(lv.cfg))
+        cfg["access_log"]["fields"] = ["status", "path"]
+        rewrite(lv, cfg)
+        self.assertEqual(admin_post(lv, "/admin/reload")[0], 200)
+        lv.request("GET", "/api/after")
+        wait_until(lambda: len(lines()) == 3, what="a third line")
+        self.assertEqual(lines()[2], {"status": 200, "path": "/api/after"})
+
+
 class Cli(unittest.TestCase):
     def run_levee(self, *args):
         from harness import LEVEE
