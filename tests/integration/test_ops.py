@@ -541,19 +541,51 @@ class Cli(unittest.TestCase):
         self.assertEqual(get(lv)[0], 200)
 
 
+def non_loopback_ipv4():
+    """An address of this host other than loopback, or None."""
+    import subprocess
+    try:
+        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=5).stdout.split()
+    except OSError:
+        return None
+    return next((a for a in out if "." in a and not a.startswith("127.")), None)
+
+
 class AdminToken(unittest.TestCase):
-    def test_token_is_redacted_and_authorises(self):
+    def test_actions_need_loopback_or_the_token(self):
+        ip = non_loopback_ipv4()
+        if not ip:
+            self.skipTest("no non-loopback IPv4 address on this host")
         a = Backend(self, name="a")
         fd, token_file = tempfile.mkstemp(prefix="levee-token-")
         with os.fdopen(fd, "w") as f:
             f.write("s3cret-token-0123456789\n")
         self.addCleanup(os.unlink, token_file)
-        lv = Levee(self, [cluster("a", [a.address])], extra={"admin": {"token_file": token_file}})
-        body = lv.admin_get("/admin/config")[1]
-        self.assertNotIn("s3cret-token", body)
-        # Loopback may act without it; a wrong token from loopback is still loopback.
-        self.assertEqual(admin_post(lv, "/admin/drain")[0], 200)
-        self.assertEqual(admin_post(lv, "/admin/undrain", {"Authorization": "Bearer s3cret-token-0123456789"})[0], 200)
+        lv = Levee(self, [cluster("a", [a.address])],
+                   extra={"admin": {"address": "0.0.0.0", "token_file": token_file}})
+        self.assertNotIn("s3cret-token", lv.admin_get("/admin/config")[1])
+
+        def post(host, path, headers=None):
+            c = http.client.HTTPConnection(host, lv.admin_port, timeout=5)
+            c.request("POST", path, body=b"", headers=headers or {})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            return r.status
+
+        # From another address: refused without the token, or with a wrong one.
+        self.assertEqual(post(ip, "/admin/drain"), 403)
+        self.assertEqual(post(ip, "/admin/drain", {"Authorization": "Bearer s3cret-token-0123456788"}), 403)
+        self.assertEqual(lv.admin_get("/ready")[0], 200)
+        self.assertEqual(post(ip, "/admin/drain", {"Authorization": "Bearer s3cret-token-0123456789"}), 200)
+        self.assertEqual(lv.admin_get("/ready")[0], 503)
+        # Loopback needs none; reading needs none from anywhere.
+        self.assertEqual(post("127.0.0.1", "/admin/undrain"), 200)
+        c = http.client.HTTPConnection(ip, lv.admin_port, timeout=5)
+        c.request("GET", "/admin/info")
+        self.assertEqual(c.getresponse().status, 200)
+        c.close()
+        self.assertIn("refused: not loopback and no valid token", lv.proc.output())
 
 
 if __name__ == "__main__":
