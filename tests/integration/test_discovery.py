@@ -129,6 +129,24 @@ class Discovery(unittest.TestCase):
         self.assertGreaterEqual(lv.metric("levee_resolver_changes_total", host=f"svc.test:{self.port}"), 2)
         self.assertIn("resolves to 2 address(es)", lv.proc.output())
 
+    def test_an_address_that_appears_joins_through_slow_start(self):
+        self.dns.records["svc.test"] = ["127.0.0.2", "127.0.0.3"]
+        lv = Levee(self, [cluster("svc", [f"svc.test:{self.port}"], resolve_interval="1s",
+                                  slow_start={"window": "2s", "min_weight_pct": 10})],
+                   extra={"resolver": {"servers": [f"127.0.0.1:{self.dns.port}"], "min_ttl": "100ms"}})
+        wait_until(lambda: len(self.endpoints(lv)) == 2, what="two endpoints")
+        # The first two ramp up from the start, then stay at full weight.
+        wait_until(lambda: all(e["effective_weight"] == 1 for e in self.endpoints(lv).values()), timeout=10,
+                   what="the first two warm")
+        self.dns.records["svc.test"] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+        c = f"127.0.0.4:{self.port}"
+        wait_until(lambda: c in self.endpoints(lv), what="the third address")
+        eps = self.endpoints(lv)
+        self.assertLess(eps[c]["effective_weight"], 1)
+        self.assertGreater(eps[c]["effective_weight"], 0)
+        self.assertEqual([eps[a]["effective_weight"] for a in sorted(eps) if a != c], [1, 1])
+        wait_until(lambda: self.endpoints(lv)[c]["effective_weight"] == 1, timeout=10, what="the third warm")
+
     def test_failed_lookup_keeps_the_last_good_set(self):
         lv = self.levee()
         wait_until(lambda: len(self.endpoints(lv)) == 3, what="three endpoints")
