@@ -79,7 +79,7 @@ asio::awaitable<void> HealthChecker::loop(std::shared_ptr<Run> run, proxy::Clust
       double j = 1.0 + hc.jitter * (2.0 * rng_.uniform() - 1.0);
       sleep->expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(interval * j));
       co_await sleep->async_wait(nothrow);
-      if (run->stopped || run->rt->draining.load()) co_return;
+      if (run->stopped) co_return;
     }
     // Disabled by an operator: no probes until it is enabled again.
     if (ep.admin.load() == static_cast<std::uint8_t>(core::AdminState::Disabled)) continue;

@@ -235,6 +235,7 @@ void Server::drain_active() {
                  return n;
                }());
   drain_deadline_ = proxy::now() + cfg_->drain_timeout;
+  health_->stop();  // (an admin drain keeps them: the instance still serves)
   for (auto& w : workers_) w->begin_drain();
   check_drained();
 }

@@ -427,6 +427,18 @@ class AdminActions(unittest.TestCase):
         self.assertEqual(admin_post(lv, "/admin/undrain")[0], 409)
         self.assertTrue(lv.proc.alive())
 
+    def test_health_checks_carry_on_through_an_admin_drain(self):
+        a = Backend(self, name="hc")
+        lv = Levee(self, [cluster("app", [a.address], health_check={"path": "/healthz", "interval": "100ms",
+                                                                     "timeout": "200ms", "unhealthy": 2})])
+        self.assertEqual(admin_post(lv, "/admin/drain")[0], 200)
+        # Still serving: an endpoint that fails its checks meanwhile goes out.
+        a.admin("health?ok=0")
+        wait_until(lambda: lv.metric("levee_endpoint_healthy", endpoint=a.address) == 0, what="checks during the drain")
+        a.admin("health?ok=1")
+        self.assertEqual(admin_post(lv, "/admin/undrain")[0], 200)
+        wait_until(lambda: lv.admin_get("/ready")[0] == 200, what="healthy and ready again")
+
     def test_dry_run_toggle_and_log_level(self):
         lv = self.lv
         cl = lambda: json.loads(lv.admin_get("/admin/clusters")[1])["clusters"][0]  # noqa: E731
