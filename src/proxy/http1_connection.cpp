@@ -108,6 +108,16 @@ awaitable<void> Http1Connection::run() {
     ++served_;
     if (!keep) break;
     if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+    if (shed_run_ >= 2 && l_.cfg.shed_backoff > core::Duration::zero()) {
+      // Refused again and again: read this one less often, so that a flood
+      // of requests that are shed cannot take the worker from the ones
+      // being served (its answers already went out, with Retry-After).
+      const auto wait = std::min<core::Duration>(std::chrono::milliseconds(1L << std::min(shed_run_ - 2, 16u)),
+                                                 l_.cfg.shed_backoff);
+      Timer t(w_.ctx.get_executor(), wait);
+      co_await t.async_wait(nothrow);
+      if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+    }
   }
   if (linger_) co_await lingering_close();
   error_code ec;
@@ -220,6 +230,7 @@ awaitable<bool> Http1Connection::serve() {
     co_return false;
   }
   const bool ok = co_await ex.run();
+  shed_run_ = ex.rejected() ? shed_run_ + 1 : 0;
   co_return ok && keep_alive_ && !close_after_ && b_->req_parser->is_done();
 }
 
