@@ -38,10 +38,13 @@ def rss_kib(pid):
     raise RuntimeError("no VmRSS")
 
 
-def open_idle(port, n):
+def open_idle(port, n, request=True):
     socks = []
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", port))
+        if not request:
+            socks.append(s)
+            continue
         s.sendall(b"GET / HTTP/1.1\r\nHost: idle\r\n\r\n")
         data = b""
         while not data.endswith(b"ok\n"):
@@ -125,24 +128,35 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 10m;
             except RuntimeError:
                 sys.exit(f"{name} did not start: " + open(os.path.join(procs.dir, name + ".log")).read()[-2000:])
         for name, (port, p) in fronts.items():
-            open_idle(port, 10)  # the backend connection, pools and lazily built state
+            for s in open_idle(port, 10):  # the backend connection, pools and lazily built state
+                s.close()
             time.sleep(1)
             before = rss_kib(p.pid)
+            socks = open_idle(port, n, request=False)
+            time.sleep(3)
+            silent = rss_kib(p.pid)
+            for s in socks:
+                s.close()
+            time.sleep(1)
             socks = open_idle(port, n)
             time.sleep(3)
             after = rss_kib(p.pid)
-            results[name] = {"before_kib": before, "after_kib": after, "bytes_per_conn": (after - before) * 1024 / n}
+            results[name] = {"before_kib": before, "silent_per_conn": (silent - before) * 1024 / n,
+                             "after_kib": after, "bytes_per_conn": (after - before) * 1024 / n}
             for s in socks:
                 s.close()
     finally:
         procs.stop()
     print(f"idle connections: {n} keep-alive client connections, one request each, then idle 3 s; one worker each")
     print(f"machine: {machine()}")
-    print(f"{'front':>8} {'RSS before':>11} {'RSS idle':>10} {'bytes/conn':>11} {'vs haproxy':>11}")
-    base = results["haproxy"]["bytes_per_conn"]
+    print("never sent a request: connected and silent; after one request: one GET answered, then idle")
+    print(f"{'front':>8} {'RSS before':>11} {'never sent a request':>21} {'vs haproxy':>11} "
+          f"{'RSS after':>10} {'after one request':>18} {'vs haproxy':>11}")
+    base = results["haproxy"]
     for name, r in results.items():
-        print(f"{name:>8} {r['before_kib'] / 1024:8.1f} MiB {r['after_kib'] / 1024:7.1f} MiB "
-              f"{r['bytes_per_conn']:11.0f} {r['bytes_per_conn'] / base:11.2f}")
+        print(f"{name:>8} {r['before_kib'] / 1024:7.1f} MiB {r['silent_per_conn']:15.0f} B/conn "
+              f"{r['silent_per_conn'] / base['silent_per_conn']:11.2f} {r['after_kib'] / 1024:6.1f} MiB "
+              f"{r['bytes_per_conn']:12.0f} B/conn {r['bytes_per_conn'] / base['bytes_per_conn']:11.2f}")
 
 
 if __name__ == "__main__":
