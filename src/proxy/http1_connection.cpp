@@ -1,7 +1,9 @@
 #include "proxy/http1_connection.hpp"
 
 #include <arpa/inet.h>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/beast/http/error.hpp>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -27,7 +29,37 @@ Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::A
   sock_.non_blocking(true, ec);
 }
 
-Http1Connection::~Http1Connection() { w_.put_read_buffer(std::move(in_)); }
+Http1Connection::~Http1Connection() {
+  w_.put_read_buffer(std::move(in_));
+  l_.connections.fetch_sub(1, std::memory_order_relaxed);
+  w_.connections.fetch_sub(1, std::memory_order_relaxed);
+  l_.source_leave(peer_.address);
+}
+
+void Http1Connection::start(std::shared_ptr<Http1Connection> c) {
+  auto& ctx = c->w_.ctx;
+  asio::co_spawn(ctx, c->run(), [c](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      spdlog::error("connection: {}", ex.what());
+    }
+  });
+}
+
+void Http1Connection::rest() {
+  sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    if (ec || self->expiring_) {  // expired, drained, or the socket failed: close
+      self->unlink();
+      error_code ig;
+      self->sock_.close(ig);
+      return;
+    }
+    self->resumed_ = true;
+    start(self);
+  });
+}
 
 void Http1Connection::park() noexcept {
   parking_ = true;
@@ -63,9 +95,11 @@ awaitable<void> Http1Connection::run() {
     if (!in_ || in_->empty()) {
       // A new connection waits for its first request without a buffer
       // (most send at once; one that sends nothing costs nothing).
-      const bool fresh = served_ == 0;
-      if (fresh) parked_ = true;
-      w_.idle(*this, l_, now(), fresh);
+      if (!resumed_) {
+        const bool fresh = served_ == 0;
+        if (fresh) parked_ = true;
+        w_.idle(*this, l_, now(), fresh);
+      }
       bool got = false;
       for (;;) {
         if (!parked_) {
@@ -85,8 +119,10 @@ awaitable<void> Http1Connection::run() {
           }
           break;  // closed, reset, idle timeout or drain
         }
-        auto [ec] = co_await sock_.async_wait(tcp::socket::wait_read, nothrow);
-        if (ec) break;
+        if (!std::exchange(resumed_, false)) {
+          rest();  // until readable, with no coroutine frame
+          co_return;
+        }
         in_ = w_.take_read_buffer();
         error_code rec;
         const std::size_t n = sock_.read_some(in_->prepare(), rec);
