@@ -1,7 +1,9 @@
 #include "proxy/http1_connection.hpp"
 
 #include <arpa/inet.h>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/beast/http/error.hpp>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -19,7 +21,7 @@ using core::Reason;
 namespace beast_http = boost::beast::http;
 
 Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::Address& addr, std::uint16_t port)
-    : w_(w), l_(&l), slot_(l.slot->id), sock_(std::move(s)) {
+    : w_(w), l_(&l), slot_(l.slot->id), slot_state_(l.slot), sock_(std::move(s)) {
   peer_.address = addr;
   peer_.port = port;
   error_code ec;
@@ -27,7 +29,38 @@ Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::A
   sock_.non_blocking(true, ec);
 }
 
-Http1Connection::~Http1Connection() { w_.put_read_buffer(std::move(in_)); }
+Http1Connection::~Http1Connection() {
+  w_.put_read_buffer(std::move(in_));
+  // The slot's counts: l_ may be of a Runtime already gone.
+  slot_state_->connections.fetch_sub(1, std::memory_order_relaxed);
+  w_.connections.fetch_sub(1, std::memory_order_relaxed);
+  slot_state_->source_leave(peer_.address);
+}
+
+void Http1Connection::start(std::shared_ptr<Http1Connection> c) {
+  auto& ctx = c->w_.ctx;
+  asio::co_spawn(ctx, c->run(), [c](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      spdlog::error("connection: {}", ex.what());
+    }
+  });
+}
+
+void Http1Connection::rest() {
+  sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    if (ec || self->expiring_) {  // expired, drained, or the socket failed: close
+      self->unlink();
+      error_code ig;
+      self->sock_.close(ig);
+      return;
+    }
+    self->resumed_ = true;
+    start(self);
+  });
+}
 
 void Http1Connection::park() noexcept {
   parking_ = true;
@@ -63,9 +96,11 @@ awaitable<void> Http1Connection::run() {
     if (!in_ || in_->empty()) {
       // A new connection waits for its first request without a buffer
       // (most send at once; one that sends nothing costs nothing).
-      const bool fresh = served_ == 0;
-      if (fresh) parked_ = true;
-      w_.idle(*this, slot_, now(), fresh);
+      if (!resumed_) {
+        const bool fresh = served_ == 0;
+        if (fresh) parked_ = true;
+        w_.idle(*this, slot_, now(), fresh);
+      }
       bool got = false;
       for (;;) {
         if (!parked_) {
@@ -85,8 +120,10 @@ awaitable<void> Http1Connection::run() {
           }
           break;  // closed, reset, idle timeout or drain
         }
-        auto [ec] = co_await sock_.async_wait(tcp::socket::wait_read, nothrow);
-        if (ec) break;
+        if (!std::exchange(resumed_, false)) {
+          rest();  // until readable, with no coroutine frame
+          co_return;
+        }
         in_ = w_.take_read_buffer();
         error_code rec;
         const std::size_t n = sock_.read_some(in_->prepare(), rec);
@@ -108,6 +145,20 @@ awaitable<void> Http1Connection::run() {
     ++served_;
     if (!keep) break;
     if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+    // The listener of the worker's Runtime now (l_ belongs to the request
+    // just served, whose Runtime a reload may have retired meanwhile).
+    const Listener* now_l = w_.listener_in_slot(slot_);
+    if (!now_l) break;
+    if (shed_run_ >= 2 && now_l->cfg.shed_backoff > core::Duration::zero()) {
+      // Refused again and again: read this one less often, so that a flood
+      // of requests that are shed cannot take the worker from the ones
+      // being served (its answers already went out, with Retry-After).
+      const auto wait = std::min<core::Duration>(std::chrono::milliseconds(1L << std::min(shed_run_ - 2, 16u)),
+                                                 now_l->cfg.shed_backoff);
+      Timer t(w_.ctx.get_executor(), wait);
+      co_await t.async_wait(nothrow);
+      if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+    }
   }
   if (linger_) co_await lingering_close();
   error_code ec;
@@ -225,6 +276,7 @@ awaitable<bool> Http1Connection::serve() {
     co_return false;
   }
   const bool ok = co_await ex.run();
+  shed_run_ = ex.rejected() ? shed_run_ + 1 : 0;
   co_return ok && keep_alive_ && !close_after_ && b_->req_parser->is_done();
 }
 

@@ -165,20 +165,10 @@ awaitable<void> accept_loop(Worker& w, std::shared_ptr<Acceptor> a, std::size_t 
     l.connections.fetch_add(1, std::memory_order_relaxed);
     w.connections.fetch_add(1, std::memory_order_relaxed);
     m.connections.inc(w.index, l.index);
-    auto c = std::make_shared<Http1Connection>(w, l, std::move(sock), addr, port);
-    // The slot, not the listener: the connection may outlive this Runtime.
-    asio::co_spawn(w.ctx, c->run(), [c, &w, s = l.slot, addr](std::exception_ptr e) {
-      s->connections.fetch_sub(1, std::memory_order_relaxed);
-      w.connections.fetch_sub(1, std::memory_order_relaxed);
-      s->source_leave(addr);
-      if (e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          spdlog::error("connection: {}", ex.what());
-        }
-      }
-    });
+    // The connection gives its place back when it is destroyed (to the
+    // slot, not the listener: it may outlive this Runtime); it may rest
+    // between requests with no coroutine running (Http1Connection::rest).
+    Http1Connection::start(std::make_shared<Http1Connection>(w, l, std::move(sock), addr, port));
   }
 }
 
