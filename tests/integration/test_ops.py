@@ -467,6 +467,18 @@ class AdminActions(unittest.TestCase):
         cfg = json.loads(lv.admin_get("/admin/config")[1])
         self.assertEqual(cfg["clusters"][0]["name"], "app")
         self.assertEqual(cfg["listeners"][0]["port"], lv.port)
+        # The shedding history samples once a second: admissions show up.
+        for _ in range(20):
+            self.assertEqual(get(lv)[0], 200)
+
+        def stats():
+            return json.loads(lv.admin_get("/admin/stats")[1])
+        wait_until(lambda: sum(stats()["admitted"]) >= 20, what="admissions in /admin/stats")
+        st = stats()
+        self.assertIn("queue_wait", st["reasons"])
+        self.assertEqual(st["criticalities"], ["CRITICAL_PLUS", "CRITICAL", "SHEDDABLE_PLUS", "SHEDDABLE"])
+        self.assertEqual(len(st["rejected_by_reason"]), len(st["admitted"]))
+        self.assertTrue(all(len(p) == len(st["reasons"]) for p in st["rejected_by_reason"]))
 
 
 class AccessLogFields(unittest.TestCase):
