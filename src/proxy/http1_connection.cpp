@@ -214,7 +214,7 @@ void Http1Connection::format_client() {
 awaitable<bool> Http1Connection::serve() {
   // Each request runs under the worker's Runtime of the moment (a reload
   // applies from the next request on), which it keeps alive to its end.
-  const std::shared_ptr<Runtime> hold = w_.rt;
+  const Worker::Pin hold(w_);
   l_ = w_.listener_in_slot(slot_);
   if (!l_) co_return false;  // a reload removed the listener
   b_ = w_.take_buffers();

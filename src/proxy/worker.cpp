@@ -143,6 +143,18 @@ void Worker::open_listeners() {
   }
 }
 
+void Worker::unpin(const Runtime* r) noexcept {
+  if (r == rt.get()) {
+    --pins_;
+    return;
+  }
+  for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    if (it->rt.get() != r) continue;
+    if (--it->pins == 0) kept_.erase(it);  // may be the Runtime's last reference
+    return;
+  }
+}
+
 void Worker::start_acceptor(std::size_t slot, std::shared_ptr<Acceptor> a) {
   if (slot >= acceptors_.size()) acceptors_.resize(slot + 1);
   acceptors_[slot] = a;
@@ -152,6 +164,8 @@ void Worker::start_acceptor(std::size_t slot, std::shared_ptr<Acceptor> a) {
 void Worker::apply(std::shared_ptr<Runtime> next, std::vector<std::pair<std::size_t, int>> bound) {
   // Runs on this worker's thread: nothing else touches what follows.
   std::shared_ptr<Runtime> old = std::exchange(rt, std::move(next));
+  // Requests in progress under the old Runtime keep it (Pin).
+  if (pins_ > 0) kept_.push_back({old, std::exchange(pins_, 0u)});
   std::vector<Listener*> served(slot_listener_.size(), nullptr);
   for (auto& l : rt->listeners) {
     if (!serves(*l)) continue;

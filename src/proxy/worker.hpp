@@ -88,6 +88,23 @@ class Worker {
   const std::size_t index;
   /// The Runtime new requests use. Changed only on this thread (apply).
   std::shared_ptr<Runtime> rt;
+
+  /// Keeps the worker's Runtime alive while a request runs under it, with
+  /// no atomic operation: a request pins the current Runtime (a count on
+  /// this thread); apply() keeps the one it replaces until its pins are
+  /// gone. (A shared_ptr copy per request would bounce one reference
+  /// count between every worker's cache.)
+  class Pin {
+   public:
+    explicit Pin(Worker& w) noexcept : w_(w), rt_(w.rt.get()) { ++w_.pins_; }
+    ~Pin() { w_.unpin(rt_); }
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+
+   private:
+    Worker& w_;
+    const Runtime* rt_;
+  };
   control::AccessLog::Shard& log;
   Rng rng;
   UpstreamPool pool;
@@ -148,6 +165,14 @@ class Worker {
     std::unique_ptr<Fuse> fuse;
   };
   std::vector<RetiredFuse> retired_fuses_;
+  /// Requests running under rt (Pin), and replaced Runtimes kept for theirs.
+  std::uint32_t pins_ = 0;
+  struct Kept {
+    std::shared_ptr<Runtime> rt;
+    std::uint32_t pins;
+  };
+  std::vector<Kept> kept_;
+  void unpin(const Runtime* r) noexcept;
   std::vector<std::unique_ptr<ExchangeBuffers>> buffers_;
   std::vector<std::unique_ptr<IoBuffer>> read_buffers_;
   std::size_t max_fields_ = 100;

@@ -104,9 +104,15 @@ class Reload(unittest.TestCase):
         # New requests, also on the connection kept alive across it, go to b.
         wait_until(lambda: get(lv)[1] == "b", what="new requests routed to b")
         self.assertEqual(get(lv, conn=keep)[1], "b")
-        # The request in flight finished where it began.
+        # The request in flight keeps generation 1 alive...
+        self.assertEqual(lv.metric("levee_config_retired_generations"), 1)
+        requests_before = lv.metric("levee_requests_total")
+        # ...and finishes where it began; then generation 1 is folded in,
+        # its counters kept.
         status, backend, _, _ = slow.join()
         self.assertEqual((status, backend), (200, "a"))
+        wait_until(lambda: lv.metric("levee_config_retired_generations") == 0, what="generation 1 released")
+        self.assertEqual(lv.metric("levee_requests_total"), requests_before + 1)
         self.assertTrue(lv.proc.alive())
         self.assertEqual(lv.metric("levee_config_reloads_total", result="ok"), 1)
         self.assertIn("reload (SIGHUP): now generation 2", lv.proc.output())
