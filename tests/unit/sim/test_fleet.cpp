@@ -210,6 +210,27 @@ TEST_CASE("sim fleet: a Redis that restarts empty is noticed (new epoch) and ref
   }
 }
 
+TEST_CASE("sim fleet: after Redis comes back empty, no burst and no stop (sim/scenarios/fleet.yaml)") {
+  // 10 instances, the noisy tenant at 4x its quota of 2 CPU-s/s (200
+  // requests/s of 10 ms); Redis refuses from 8 s and is back empty at 12 s.
+  // Enforcing the first, partial totals of the new epoch let every instance
+  // admit at once (about 300/s for a second) and then stop the tenant
+  // entirely for a second (0/s) once the windows were pushed again.
+  auto res = sim::load_scenario_file(std::string(LEVEE_SOURCE_DIR) + "/sim/scenarios/fleet.yaml");
+  REQUIRE(res.scenario);
+  test::Run r{std::make_unique<sim::Scenario>(std::move(*res.scenario)), nullptr};
+  r.world = std::make_unique<sim::World>(*r.scenario);
+  r.world->run();
+  const auto& s = r.w().clients("load").seconds();
+  REQUIRE(s.size() >= 20);
+  for (int i = 12; i < 20; ++i) {
+    INFO("second " << i);
+    CHECK(s[i].ok_by_class[0] >= 60);   // never stopped (steady state: 140-300 a second)
+    CHECK(s[i].ok_by_class[0] <= 280);  // never a burst past 1.4x the quota
+  }
+  for (const auto& in : r.w().instances("levee")) CHECK(in->fleet()->quota().resets() == 1);
+}
+
 TEST_CASE("sim fleet: a key of the wrong type is an unexpected answer: Fallback, and Synced once it is deleted") {
   Fleet f({1.0, 1.0});
   f.start();
