@@ -127,12 +127,21 @@ RedisReply RedisModel::exec_one(TimePoint t, const RedisCommand& c) {
   catch_up(t);
   ++commands_;
   if (c.empty()) return RedisReply::error_of("ERR empty command");
-  std::string op = c[0];
-  std::string lower = op;
-  for (auto& ch : op) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  // Command names are case-insensitive; the core sends them in capitals,
+  // so a copy is made only for other spellings.
+  std::string upper;
+  const bool caps = std::none_of(c[0].begin(), c[0].end(), [](char ch) { return std::islower(static_cast<unsigned char>(ch)); });
+  if (!caps) {
+    upper = c[0];
+    for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  }
+  const std::string& op = caps ? c[0] : upper;
   const std::size_t n = c.size();
-  auto arity = [&] { return RedisReply::error_of("ERR wrong number of arguments for '" + lower + "' command"); };
+  auto arity = [&] {
+    std::string lower = op;
+    for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return RedisReply::error_of("ERR wrong number of arguments for '" + lower + "' command");
+  };
   RedisReply err;
 
   if (op == "SET") {  // SET key value [NX|XX] [PX ms|EX s]

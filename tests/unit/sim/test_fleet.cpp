@@ -113,6 +113,8 @@ TEST_CASE("sim redis: the commands the sync sends, answered as Redis answers the
   CHECK(r.exec_one(t0, {"HINCRBYFLOAT", "h", "f", "abc"}).type == T::Error);
   CHECK(r.exec_one(t0, {"PEXPIRE", "h", "x"}).type == T::Error);
   CHECK(r.exec_one(t0, {"EVAL", "return 1", "0"}).type == T::Error);
+  CHECK(r.exec_one(t0, {"zcard", "z"}).type == T::Integer);  // names are case-insensitive
+  CHECK(r.exec_one(t0, {"hgetall"}).str == "ERR wrong number of arguments for 'hgetall' command");
   // An expiry in the past deletes.
   CHECK(r.exec_one(t0, {"PEXPIRE", "h", "0"}).integer == 1);
   CHECK(r.exec_one(t0, {"HGETALL", "h"}).elements.empty());
