@@ -63,8 +63,12 @@ class Fuse(unittest.TestCase):
         self.assertGreater(ok, 300)  # ~2 s of capacity
         self.assertGreater(len(shed), 500)
         self.assertTrue(all(h.get("x-levee-reject") == "fuse" and int(h["retry-after"]) >= 1 for h in shed))
-        # None hangs past the queue timeout (plus the service time and slack).
-        self.assertLess(max(t for _, _, t in results), 2.0 + 1.0)
+        # None hangs: each is answered within the queue timeout (2 s) plus
+        # the time to get through 2,000 connections opening at once on a
+        # busy machine (3 s: the test once measured 3.04 s in all while a
+        # sanitizer build ran beside it). A hang would run into the
+        # client's own 15 s timeout.
+        self.assertLess(max(t for _, _, t in results), 2.0 + 3.0)
         # The backend never saw more than 4 connections from levee (+1: this query).
         self.assertLessEqual(be.stats()["max_connections"], 5)
         self.assertLessEqual(lv.metric("levee_fuse_connections", listener="main"), 4)
