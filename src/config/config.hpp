@@ -18,6 +18,7 @@
 #include "core/queue_gate.hpp"
 #include "core/slow_start.hpp"
 #include "core/time.hpp"
+#include "config/tls.hpp"
 
 namespace levee::config {
 
@@ -32,6 +33,10 @@ struct TenantSource {
   core::TrustedSources trusted;        ///< trusted_networks; empty: the header is trusted from nowhere
   std::string api_key_header;          ///< empty: no API-key mapping
   std::vector<std::pair<std::string, std::string>> api_keys;  ///< key -> tenant
+  /// A client certificate's identity (SAN URI, SAN DNS or CN) -> tenant; it
+  /// comes first, and no header overrides it.
+  std::vector<std::pair<std::string, std::string>> certificate_tenants;
+  core::CertificateTenant from_certificate = core::CertificateTenant::None;
 };
 
 enum class QuotaEnforcement : std::uint8_t { Overload, Always, Off };
@@ -97,6 +102,9 @@ struct RouteConfig {
   std::optional<Criticality> criticality;  ///< default when the header is absent
   Duration timeout = 30s;
   std::optional<TenantSource> tenant;
+  /// The most critical level an untrusted client may claim here (higher
+  /// claims are lowered to it); unset: untrusted claims are ignored.
+  std::optional<Criticality> untrusted_criticality;
   /// Send this route through a fuse pool (the listener's `fuse` settings).
   /// On a normal listener the per-endpoint budget is split between workers.
   bool fuse = false;
@@ -132,6 +140,8 @@ struct ListenerConfig {
   std::optional<TenantSource> tenant;
   FuseConfig fuse;
   std::vector<RouteConfig> routes;
+  ServerTlsConfig tls;
+  TrustConfig trust;
 };
 
 struct EndpointConfig {

@@ -71,6 +71,7 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   awaitable<void> read_response_head(Attempt& a);
   awaitable<bool> early_answer(Attempt& a);
   void watch_upstream();
+  void watch_upstream_once(std::uint64_t gen);
   void unwatch_upstream();
   awaitable<bool> relay_response(Attempt& a);
 

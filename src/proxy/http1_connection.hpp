@@ -17,6 +17,7 @@
 #include "proxy/downstream.hpp"
 #include "proxy/exchange_buffers.hpp"
 #include "proxy/io_buffer.hpp"
+#include "proxy/stream.hpp"
 #include "proxy/watchdog.hpp"
 #include "proxy/worker.hpp"
 
@@ -69,7 +70,7 @@ class Http1Connection final : public Downstream,
 
   Worker& w_;
   Listener& l_;
-  Socket sock_;
+  Stream stream_;
   Peer peer_;
   std::unique_ptr<IoBuffer> in_;
   std::unique_ptr<ExchangeBuffers> b_;

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -21,6 +22,7 @@
 namespace levee::proxy {
 
 class Cluster;
+class ServerTls;
 class Worker;
 
 /// What the data plane adds to a core route rule.
@@ -43,6 +45,8 @@ class Listener {
   const std::size_t index;
   const core::Classifier classifier;
   const std::vector<Route> routes;  ///< parallel to classifier.routes()
+  /// TLS termination (proxy/tls_context.hpp); null: cleartext.
+  std::shared_ptr<const ServerTls> tls;
 
   bool batch() const noexcept { return cfg.mode == config::ListenerConfig::Mode::Batch; }
   /// Whether any of its traffic goes through a fuse: a batch listener, or a

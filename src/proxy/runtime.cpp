@@ -1,6 +1,7 @@
 #include "proxy/runtime.hpp"
 
 #include "config/to_core.hpp"
+#include "proxy/tls_context.hpp"
 
 namespace levee::proxy {
 
@@ -52,6 +53,7 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w)
     }
     listeners.push_back(
         std::make_unique<Listener>(lc, li, config::classifier(*cfg, lc, tenants), std::move(routes)));
+    if (lc.tls.enabled) listeners.back()->tls = server_tls(lc.tls, cfg->source);
   }
   // The last shard is the control thread's (health checks).
   metrics = std::make_unique<RequestMetrics>(labels, workers + 1);

@@ -14,12 +14,6 @@ UpstreamConn::~UpstreamConn() {
   if (fuse) fuse->note_closed(*this);
 }
 
-bool quiet(Socket& s) noexcept {
-  char b;
-  const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-}
-
 UpstreamPool::UpstreamPool(const Runtime& rt) : rt_(rt) {
   idle_.resize(rt.clusters.size());
   for (std::size_t c = 0; c < rt.clusters.size(); ++c) idle_[c].resize(rt.clusters[c]->endpoints.size());
@@ -35,7 +29,7 @@ std::unique_ptr<UpstreamConn> UpstreamPool::take(std::size_t c, std::size_t e, c
     --idle_total_;
     if (t - conn->idle_since >= cl.cfg.idle_timeout) continue;
     if (conn->generation != generation) continue;  // DNS moved the endpoint
-    if (quiet(conn->sock)) return conn;
+    if (conn->stream.quiet()) return conn;
     // Anything readable on an idle connection is a close or bytes that
     // belong to no request: either way it is not reusable.
   }

@@ -12,6 +12,7 @@
 #include "proxy/asio.hpp"
 #include "proxy/clock.hpp"
 #include "proxy/io_buffer.hpp"
+#include "proxy/stream.hpp"
 
 namespace levee::proxy {
 
@@ -23,12 +24,13 @@ class Runtime;
 /// pool while idle; closed by destruction.
 struct UpstreamConn {
   UpstreamConn(Executor ex, std::size_t c, std::size_t ep, std::uint64_t gen)
-      : sock(ex), buf(8 * 1024, 80 * 1024), cluster(c), endpoint(ep), generation(gen) {}
+      : stream(ex), buf(8 * 1024, 80 * 1024), cluster(c), endpoint(ep), generation(gen) {}
   ~UpstreamConn();
   UpstreamConn(const UpstreamConn&) = delete;
   UpstreamConn& operator=(const UpstreamConn&) = delete;
 
-  Socket sock;
+  Stream stream;  ///< cleartext, or TLS when the cluster says so
+  Socket& sock() noexcept { return stream.socket(); }
   IoBuffer buf;
   Fuse* fuse = nullptr;  ///< the fuse this connection counts against
   core::TimePoint idle_since{};
@@ -60,10 +62,6 @@ class UpstreamPool {
   std::vector<std::vector<std::vector<std::unique_ptr<UpstreamConn>>>> idle_;  // [cluster][endpoint]
   std::size_t idle_total_ = 0;
 };
-
-/// Whether a pooled connection is still usable: nothing to read (no stray
-/// bytes, no close) and no error on it. One non-blocking peek.
-bool quiet(Socket& s) noexcept;
 
 /// The worker's view of each cluster's effective weights, rebuilt when the
 /// cluster publishes new ones; endpoints are chosen by weighted power of
