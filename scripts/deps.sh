@@ -5,7 +5,8 @@
 #   scripts/deps.sh --test     also the real peers and checkers the tests drive
 #                              (redis, redis-sentinel, haproxy, nginx, wrk, h2load,
 #                              promtool, curl, systemd-analyze, dpkg-shlibdeps and
-#                              file (CPack), python3-kubernetes)
+#                              file (CPack), python3-kubernetes) and clang with its
+#                              libFuzzer runtime (tests/fuzz)
 #   scripts/deps.sh --bench    also what the benchmark report needs (matplotlib)
 #
 # Distro packages come from the machine's own sources. A few things are not
@@ -109,7 +110,8 @@ fi
 if [ "$want_test" -eq 1 ]; then
   test_pkgs=(curl redis-server redis-sentinel haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
              python3 openssl procps iproute2
-             systemd dpkg-dev file python3-kubernetes python3-jsonschema)
+             systemd dpkg-dev file python3-kubernetes python3-jsonschema
+             clang libclang-rt-dev)  # libFuzzer, ASan, UBSan for clang (a Recommends of clang's)
   apt_install "${test_pkgs[@]}"
   if [ "$codename" = bookworm ] && [ ! -f "$PREFIX/.stamp-k8s-v1" ]; then
     mkdir -p "$PREFIX"

@@ -47,7 +47,7 @@ struct Options {
   unsigned workers = 8;  // 0: unlimited (no queueing at all)
   std::string service = "fixed:10ms";
   bool burn = false;
-  std::string orca = "text";  // text, json, none
+  std::string orca = "text";  // text, json, none, garbage, when-asked (vLLM: only when the request asks)
   double cost_factor = 1.0;   // reported cost = service time x factor
   std::string id = "";
   unsigned threads = 1;
@@ -363,7 +363,20 @@ class Backend {
       std::snprintf(buf, sizeof buf, "JSON {\"cpu_utilization\": %.4f, \"application_utilization\": %.4f, \"request_cost\": {\"cpu\": %.6f}}", util, util, cost);
       orca = buf;
     } else if (opt_.orca == "garbage") {
-      orca = "TEXT cpu_utilization=banana";
+      orca = "JSON {\"cpu_utilization\": banana";  // framing that cannot be read
+    } else if (opt_.orca == "when-asked") {
+      // As vLLM and Triton do: only when the request asks, in their metrics.
+      const auto fmt = field(p, "endpoint-load-metrics-format");
+      const auto waiting = static_cast<double>(stats_.queued.load());
+      if (boost::beast::iequals(fmt, "text"))
+        std::snprintf(buf, sizeof buf, "TEXT named_metrics.kv_cache_usage_perc=%.4f, named_metrics.num_requests_waiting=%.1f",
+                      util, waiting);
+      else if (boost::beast::iequals(fmt, "json"))
+        std::snprintf(buf, sizeof buf, "JSON {\"named_metrics\": {\"kv_cache_usage_perc\": %.4f, \"num_requests_waiting\": %.1f}}",
+                      util, waiting);
+      else
+        buf[0] = 0;
+      orca = buf;
     }
     std::string text = status == 200 ? "ok\n" : "failed\n";
     co_return co_await simple(s, p, status, std::move(text), keep, std::move(orca));
@@ -505,7 +518,7 @@ int main(int argc, char** argv) {
     else if (a == "--warmup-mode") o.warmup_mode = next();
     else if (a == "--help") {
       std::cout << "levee-backend [--address A] [--port P] [--workers N] [--service fixed:10ms|exp:10ms|uniform:5ms:15ms|lognormal:10ms:0.5]\n"
-                   "              [--burn] [--orca text|json|none|garbage] [--cost-factor F] [--id NAME]\n"
+                   "              [--burn] [--orca text|json|none|garbage|when-asked] [--cost-factor F] [--id NAME]\n"
                    "              [--warmup-seconds S --warmup-factor F]   (cold start: F x slower, fading over S)\n";
       return 0;
     } else {

@@ -15,6 +15,7 @@
 #include "core/criticality.hpp"
 #include "core/health.hpp"
 #include "core/net.hpp"
+#include "core/orca.hpp"
 #include "core/queue_gate.hpp"
 #include "core/slow_start.hpp"
 #include "core/time.hpp"
@@ -208,6 +209,15 @@ struct QueueSettings {
   core::QueueConfig queue{};
 };
 
+/// ORCA load reports from a cluster's backends (docs/configuration.md).
+struct LoadReportConfig {
+  enum class Format : std::uint8_t { Off, Text, Json };
+  /// Sent upstream as endpoint-load-metrics-format (vLLM, Triton: they
+  /// report only when asked); Off: the client's own value passes.
+  Format request_format = Format::Off;
+  core::OrcaSelection select;  ///< which metric is utilization, which is cost
+};
+
 struct ClusterConfig {
   std::string name;
   std::vector<EndpointConfig> endpoints;
@@ -223,6 +233,7 @@ struct ClusterConfig {
   HealthCheckConfig health_check;
   OutlierDetectionConfig outlier;
   core::SlowStartConfig slow_start{};
+  LoadReportConfig load_report;
   /// Per-cluster quota overrides (tenant -> CPU-s/s); others use tenants.quotas.
   std::vector<std::pair<std::string, double>> quotas;
 };

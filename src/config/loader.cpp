@@ -55,6 +55,22 @@ namespace {
 
 using namespace detail;
 
+/// Text levee writes into a request head itself (a path, a host): no
+/// spaces or control characters, so it cannot split the line it is in.
+bool fits_request_head(std::string_view s) {
+  return std::none_of(s.begin(), s.end(), [](char c) {
+    auto u = static_cast<unsigned char>(c);
+    return u <= 0x20 || u == 0x7f;
+  });
+}
+
+/// A header name: an HTTP token (levee writes some of them upstream).
+void check_header_name(Ctx& ctx, const YAML::Node& n, const std::string& path, const std::string& name) {
+  if (!name.empty() && !core::is_token(name))
+    ctx.error(n, path, "must be a header name (letters, digits and !#$%&'*+-.^_`|~), not '" + name + "'");
+}
+
+
 void read_thresholds(Ctx& ctx, const YAML::Node& n, const std::string& path,
                      std::array<double, core::kCriticalityCount>& out) {
   Map m(ctx, n, path);
@@ -87,6 +103,7 @@ bool split_host_port(std::string_view s, std::string& host, std::uint16_t& port)
     host = std::string(s.substr(0, colon));
     if (host.find(':') != std::string::npos) return false;
   }
+  if (host.empty() || !fits_request_head(host)) return false;
   auto p = core::parse_u64(s.substr(colon + 1));
   if (!p || *p == 0 || *p > 65535) return false;
   port = static_cast<std::uint16_t>(*p);
@@ -97,7 +114,9 @@ bool split_host_port(std::string_view s, std::string& host, std::uint16_t& port)
 
 void read_tenant_source(Ctx& ctx, const YAML::Node& n, const std::string& path, TenantSource& out) {
   Map m(ctx, n, path);
-  read(ctx, m.take("header"), m.sub("header"), out.header);
+  auto hn = m.take("header");
+  read(ctx, hn, m.sub("header"), out.header);
+  check_header_name(ctx, hn, m.sub("header"), out.header);
   if (auto tn = m.take("trusted_networks"); tn.IsDefined()) {
     if (!tn.IsSequence()) {
       ctx.error(tn, m.sub("trusted_networks"), "must be a list of networks like 10.0.0.0/8");
@@ -117,7 +136,9 @@ void read_tenant_source(Ctx& ctx, const YAML::Node& n, const std::string& path, 
   }
   if (auto ak = m.take("api_keys"); ak.IsDefined()) {
     Map km(ctx, ak, m.sub("api_keys"));
-    read(ctx, km.take("header"), km.sub("header"), out.api_key_header);
+    auto khn = km.take("header");
+    read(ctx, khn, km.sub("header"), out.api_key_header);
+    check_header_name(ctx, khn, km.sub("header"), out.api_key_header);
     if (auto keys = km.take("keys"); keys.IsDefined()) {
       if (!keys.IsMap()) ctx.error(keys, km.sub("keys"), "must map API keys to tenant names");
       else
@@ -344,6 +365,7 @@ void read_headers(Ctx& ctx, const YAML::Node& n, HeaderNames& h) {
     auto node = m.take(key);
     read(ctx, node, m.sub(key), out);
     if (node.IsDefined() && out.empty()) ctx.error(node, m.sub(key), "must not be empty");
+    check_header_name(ctx, node, m.sub(key), out);
     for (auto& c : out) c = core::ascii_lower(c);
   };
   name("criticality", h.criticality);
@@ -372,6 +394,7 @@ void read_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteCon
   auto cn = m.take("cluster");
   if (!cn.IsDefined()) ctx.error(n, m.sub("cluster"), "is required");
   read(ctx, cn, m.sub("cluster"), r.cluster);
+  if (cn.IsDefined() && cn.IsScalar() && r.cluster.empty()) ctx.error(cn, m.sub("cluster"), "must not be empty");
   if (auto c = m.take("criticality"); c.IsDefined()) {
     Criticality v{};
     read_criticality(ctx, c, m.sub("criticality"), v);
@@ -464,11 +487,34 @@ void read_endpoint(Ctx& ctx, const YAML::Node& n, const std::string& path, Endpo
   read_double(ctx, m.take("weight"), m.sub("weight"), e.weight, 0.001, 1e6);
 }
 
+void read_orca_metric(Ctx& ctx, const YAML::Node& n, const std::string& path, core::OrcaMetric& out) {
+  if (!n.IsDefined() || !scalar(ctx, n, path, "an ORCA metric name")) return;
+  if (auto m = core::parse_orca_metric(n.Scalar())) out = *m;
+  else
+    ctx.error(n, path,
+              "'" + n.Scalar() +
+                  "' is not an ORCA metric: cpu_utilization, mem_utilization, application_utilization, "
+                  "rps_fractional, eps, or named_metrics.<name>, request_cost.<name>, utilization.<name>");
+}
+
+void read_load_report(Ctx& ctx, const YAML::Node& n, const std::string& path, LoadReportConfig& lr) {
+  Map m(ctx, n, path);
+  if (auto f = m.take("request_format"); f.IsDefined() && scalar(ctx, f, m.sub("request_format"), "off, text or json")) {
+    if (f.Scalar() == "off") lr.request_format = LoadReportConfig::Format::Off;
+    else if (f.Scalar() == "text") lr.request_format = LoadReportConfig::Format::Text;
+    else if (f.Scalar() == "json") lr.request_format = LoadReportConfig::Format::Json;
+    else ctx.error(f, m.sub("request_format"), "must be off, text or json, not '" + f.Scalar() + "'");
+  }
+  read_orca_metric(ctx, m.take("utilization"), m.sub("utilization"), lr.select.utilization);
+  read_orca_metric(ctx, m.take("cost"), m.sub("cost"), lr.select.cost);
+}
+
 void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, ClusterConfig& c) {
   Map m(ctx, n, path);
   auto nn = m.take("name");
   if (!nn.IsDefined()) ctx.error(n, m.sub("name"), "is required");
   read(ctx, nn, m.sub("name"), c.name);
+  if (nn.IsDefined() && nn.IsScalar() && c.name.empty()) ctx.error(nn, m.sub("name"), "must not be empty");
   auto en = m.take("endpoints");
   if (!en.IsDefined()) {
     ctx.error(n, m.sub("endpoints"), "is required");
@@ -566,7 +612,10 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     auto pn = hm.take("path");
     read(ctx, pn, hm.sub("path"), h.path);
     if (pn.IsDefined() && (h.path.empty() || h.path.front() != '/')) ctx.error(pn, hm.sub("path"), "must start with '/'");
-    read(ctx, hm.take("host"), hm.sub("host"), h.host);
+    else if (!fits_request_head(h.path)) ctx.error(pn, hm.sub("path"), "must not hold spaces or control characters");
+    auto hhn = hm.take("host");
+    read(ctx, hhn, hm.sub("host"), h.host);
+    if (!fits_request_head(h.host)) ctx.error(hhn, hm.sub("host"), "must not hold spaces or control characters");
     read_duration(ctx, hm.take("interval"), hm.sub("interval"), h.interval, milliseconds(10), hours(1));
     read_duration(ctx, hm.take("max_interval"), hm.sub("max_interval"), h.max_interval, milliseconds(10), hours(1));
     read_double(ctx, hm.take("jitter"), hm.sub("jitter"), h.jitter, 0.0, 0.5);
@@ -601,6 +650,7 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     read_bool(ctx, sm.take("readiness"), sm.sub("readiness"), s.readiness);
     read_duration(ctx, sm.take("early_exit"), sm.sub("early_exit"), s.early_exit, Duration::zero(), hours(24));
   }
+  if (auto ln = m.take("load_report"); ln.IsDefined()) read_load_report(ctx, ln, m.sub("load_report"), c.load_report);
   read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
 }
 
@@ -674,7 +724,8 @@ void validate(Ctx& ctx, const YAML::Node& root, Config& cfg) {
   // Cluster quota overrides must name tenants the tenants section knows,
   // so that per-tenant metrics keep a bounded label set.
   for (std::size_t ci = 0; ci < cfg.clusters.size(); ++ci) {
-    for (auto& [name, q] : cfg.clusters[ci].quotas) {
+    for (const auto& quota : cfg.clusters[ci].quotas) {
+      const std::string& name = quota.first;  // a named reference: clang 14 cannot capture a binding
       bool known = std::any_of(cfg.tenants.quotas.begin(), cfg.tenants.quotas.end(), [&](auto& p) { return p.first == name; });
       if (!known)
         ctx.error(node_at({"clusters", "quotas"}, {ci}), at("clusters", ci) + ".quotas." + name,

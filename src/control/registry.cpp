@@ -19,7 +19,7 @@ void register_metrics(metrics::Registry& registry, const std::shared_ptr<Runtime
                       const std::vector<std::unique_ptr<proxy::Worker>>& workers, const AccessLog& log) {
   auto& m = *rtp->metrics;
   for (auto* t : {&m.requests, &m.admitted, &m.rejected, &m.dry_run, &m.local_replies, &m.connections, &m.refused,
-                  &m.upstream_requests, &m.upstream_errors, &m.upstream_connects, &m.load_report_errors, &m.bytes,
+                  &m.upstream_requests, &m.upstream_errors, &m.upstream_connects, &m.load_report_errors, &m.load_report_ignored, &m.bytes,
                   &m.health_checks})
     registry.add(t);
   for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time, &m.health_check_latency}) registry.add(h);

@@ -11,39 +11,28 @@
 
 namespace levee::core {
 
-/// grpc-timeout: 1-8 ASCII digits then a unit (H M S m u n).
+/// The longest deadline a request header can set: a year. Longer values
+/// mean "no deadline of the client's own" (the route's timeout applies).
+inline constexpr Duration kMaxHeaderTimeout = std::chrono::hours(24 * 365);
+
+/// grpc-timeout: 1-8 ASCII digits then a unit (H M S m u n). Values longer
+/// than kMaxHeaderTimeout (up to 99999999H is valid) read as kMaxHeaderTimeout.
 std::optional<Duration> parse_grpc_timeout(std::string_view v) noexcept;
 
 /// Formats d as a grpc-timeout value into out (at least 10 bytes); returns length.
 std::size_t format_grpc_timeout(Duration d, char* out) noexcept;
 
-/// x-request-timeout-ms: a non-negative integer number of milliseconds.
+/// x-request-timeout-ms: a non-negative integer number of milliseconds, at
+/// most kMaxHeaderTimeout (more is refused).
 std::optional<Duration> parse_timeout_ms(std::string_view v) noexcept;
 
-/// x-attempt-count / x-envoy-attempt-count: a positive integer (1 = first try).
-/// grpc-previous-rpc-attempts counts earlier attempts, so add 1 to it.
+/// x-attempt-count / x-envoy-attempt-count (1 = first try) and
+/// grpc-previous-rpc-attempts (earlier attempts: add 1): a non-negative
+/// integer up to 1,000,000; more is not a believable count and is refused.
 std::optional<std::uint32_t> parse_attempt(std::string_view v) noexcept;
 
-/// grpc-retry-pushback-ms: a negative value means "do not retry".
+/// grpc-retry-pushback-ms (gRFC A6): a signed 32-bit decimal; a negative *or
+/// unparseable* value means the server asks not to be retried at all.
 bool pushback_says_no_retry(std::string_view v) noexcept;
-
-/// What a backend reported in ORCA `endpoint-load-metrics`.
-struct LoadReport {
-  std::optional<double> cpu_utilization;
-  std::optional<double> application_utilization;
-  std::optional<double> cost_cpu;  ///< request_cost.cpu, CPU-seconds
-  /// The utilization levee balances on: application_utilization when the
-  /// backend gives it (it knows best), else cpu_utilization.
-  std::optional<double> utilization() const noexcept {
-    return application_utilization ? application_utilization : cpu_utilization;
-  }
-};
-
-enum class OrcaStatus : std::uint8_t { Ok, Malformed, Unsupported };
-
-/// Parses `TEXT k=v, k=v` and `JSON {...}` forms. Unknown keys are ignored;
-/// BIN (base64 protobuf) is Unsupported. A malformed or negative/NaN value
-/// makes the whole report Malformed: a half-understood report is not used.
-OrcaStatus parse_orca(std::string_view v, LoadReport& out) noexcept;
 
 }  // namespace levee::core

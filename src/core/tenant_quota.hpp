@@ -33,6 +33,19 @@ struct TenantQuotaConfig {
   Duration min_retry_after = std::chrono::seconds(1);
 };
 
+/// What the other instances of a fleet used (see TenantQuota's fleet
+/// section). Outside the class so that it is complete where std::optional
+/// asks whether it is default-constructible (clang).
+struct TenantFleetView {
+  using PerCriticality = std::array<double, kCriticalityCount>;
+  /// Others' usage in CPU-s/s by TenantId, summed over criticality >= c
+  /// (index c), so the admit path adds one number.
+  std::vector<PerCriticality> remote_at_least;
+  bool synced = false;         ///< false: enforce quota / fallback_divisor
+  TimePoint valid_until{};     ///< past it the view counts as not synced
+  double fallback_divisor = 1.0;
+};
+
 class TenantQuota {
  public:
   /// quotas[t] in CPU-seconds per second; quotas[0] is the default tenant's.
@@ -60,15 +73,8 @@ class TenantQuota {
   // (Redis unreachable, levee just started, the sync stalled) the gate falls
   // back to a conservative local limit, quota / fallback_divisor: neither
   // open nor closed. Without a view ever set, nothing here changes the gate.
-  using PerCriticality = std::array<double, kCriticalityCount>;
-  struct FleetView {
-    /// Others' usage in CPU-s/s by TenantId, summed over criticality >= c
-    /// (index c), so the admit path adds one number.
-    std::vector<PerCriticality> remote_at_least;
-    bool synced = false;         ///< false: enforce quota / fallback_divisor
-    TimePoint valid_until{};     ///< past it the view counts as not synced
-    double fallback_divisor = 1.0;
-  };
+  using PerCriticality = TenantFleetView::PerCriticality;
+  using FleetView = TenantFleetView;
   /// Installs a view by swapping: `v` gets the previous one back, so the
   /// caller reuses its buffers and nothing is freed under the cluster lock.
   void set_fleet_view(FleetView& v) noexcept;

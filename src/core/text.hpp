@@ -29,6 +29,16 @@ constexpr std::string_view trim(std::string_view s) noexcept {
   return s;
 }
 
+/// RFC 9110 5.6.2 token (a field name, a method): 1*tchar.
+constexpr bool is_token(std::string_view s) noexcept {
+  if (s.empty()) return false;
+  for (char c : s) {
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (!alnum && std::string_view("!#$%&'*+-.^_`|~").find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
 /// Parses a whole string as an unsigned decimal; rejects signs, spaces inside and overflow.
 inline std::optional<std::uint64_t> parse_u64(std::string_view s) noexcept {
   if (s.empty()) return std::nullopt;

@@ -8,6 +8,7 @@
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/verb.hpp>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -84,7 +85,18 @@ struct ResponseInfo {
   bool content_length = false;  ///< a Content-Length field was seen
   int version = 11;
   std::string_view reason;
-  int load_report = -1;
+  int load_report = -1;      ///< endpoint-load-metrics, by field index
+  int load_report_bin = -1;  ///< endpoint-load-metrics-bin
+  /// A load report sent as a trailer (gRPC servers do), copied out because
+  /// trailers are not kept; one longer than the buffer is dropped and
+  /// counted as truncated.
+  struct Trailer {
+    std::array<char, 768> data;
+    std::uint16_t size = 0;
+    bool bin = false;
+    bool truncated = false;
+    std::string_view value() const noexcept { return {data.data(), size}; }
+  } trailer_load;
   bool no_retry = false;  ///< x-levee-no-retry, x-envoy-overloaded, negative grpc-retry-pushback-ms
   bool too_many_fields = false;
 };

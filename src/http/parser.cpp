@@ -2,6 +2,8 @@
 
 #include <boost/beast/http/error.hpp>
 
+#include <cstring>
+
 #include "core/headers.hpp"
 #include "core/text.hpp"
 
@@ -37,6 +39,7 @@ bool digits(std::string_view v) noexcept {
 
 void RequestParser::on_request_impl(Verb method, boost::beast::string_view method_str,
                                     boost::beast::string_view target, int version, error_code& ec) {
+  count_start_line(method_str.size() + 1 + target.size() + 1 + 8 + 2);  // METHOD SP target SP HTTP/x.y CRLF
   info_.method = method;
   info_.method_str = head_.store({method_str.data(), method_str.size()});
   info_.version = version;
@@ -122,6 +125,7 @@ void RequestParser::on_stored(FieldId id, std::string_view name, std::string_vie
 }
 
 void ResponseParser::on_response_impl(int code, boost::beast::string_view reason, int version, error_code&) {
+  count_start_line(8 + 1 + 3 + 1 + reason.size() + 2);  // HTTP/x.y SP 200 SP reason CRLF
   info_.status = code;
   info_.version = version;
   info_.reason = head_.store({reason.data(), reason.size()});
@@ -143,8 +147,22 @@ void ResponseParser::on_stored(FieldId id, std::string_view name, std::string_vi
     return;
   }
   if (iequals(name, names_.load_report)) info_.load_report = at;
+  else if (iequals(name, names_.load_report_bin)) info_.load_report_bin = at;
   else if (iequals(name, names_.no_retry) || iequals(name, "x-envoy-overloaded")) info_.no_retry = true;
   else if (iequals(name, "grpc-retry-pushback-ms") && core::pushback_says_no_retry(value)) info_.no_retry = true;
+}
+
+void ResponseParser::on_trailer(std::string_view name, std::string_view value) noexcept {
+  const bool bin = iequals(name, names_.load_report_bin);
+  if (!bin && !iequals(name, names_.load_report)) return;
+  auto& t = info_.trailer_load;
+  if (value.size() > t.data.size()) {
+    t.truncated = true;
+    return;
+  }
+  std::memcpy(t.data.data(), value.data(), value.size());
+  t.size = static_cast<std::uint16_t>(value.size());
+  t.bin = bin;
 }
 
 }  // namespace levee::http

@@ -57,6 +57,32 @@ inline constexpr std::size_t kMaxTrailerBytes = 16 * 1024;
 /// Derived::on_stored(id, name, value, index, ec) to pick out what it notes.
 template <bool isRequest, class Derived>
 class StreamingParser : public beast_http::basic_parser<isRequest> {
+  using Base = beast_http::basic_parser<isRequest>;
+
+ public:
+  /// The most bytes the whole head (start line and fields) may take.
+  /// Beast (1.81) checks its limit only against the bytes not yet consumed:
+  /// a head that arrives in pieces has its complete field lines consumed
+  /// one read at a time and never reaches the limit, so a client that
+  /// trickles its fields could send far more than max_header_bytes. put()
+  /// below gives Beast what is left of the budget instead.
+  void header_limit(std::uint32_t v) noexcept {
+    limit_ = v;
+    Base::header_limit(v);
+  }
+  template <class ConstBufferSequence>
+  std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
+    const bool in_head = !this->is_header_done();
+    budget_ = head_used_ < limit_ ? limit_ - head_used_ : 0;
+    if (in_head) Base::header_limit(static_cast<std::uint32_t>(budget_));
+    const std::size_t n = Base::put(buffers, ec);
+    if (in_head) {
+      if (!this->is_header_done()) head_used_ += n;
+      else Base::header_limit(static_cast<std::uint32_t>(limit_));  // trailers: a budget of their own
+    }
+    return n;
+  }
+
  protected:
   StreamingParser(Head& head, BodySink& sink, bool& too_many_fields)
       : head_(head), sink_(sink), too_many_fields_(too_many_fields) {
@@ -69,6 +95,13 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
 
   Head& head_;
 
+  /// Called by the derived start-line callbacks with the start line's
+  /// length: when it arrives whole, Beast would give the fields a limit of
+  /// their own after it; they get what the start line left instead.
+  void count_start_line(std::size_t n) noexcept {
+    Base::header_limit(static_cast<std::uint32_t>(budget_ > n ? budget_ - n : 0));
+  }
+
  private:
   void on_field_impl(FieldId id, boost::beast::string_view name_sv, boost::beast::string_view value_sv,
                      error_code& ec) override {
@@ -76,6 +109,7 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
       // Trailers are not forwarded, but they are bounded like a head.
       trailer_bytes_ += name_sv.size() + value_sv.size() + 4;
       if (++trailer_fields_ > kMaxTrailerFields || trailer_bytes_ > kMaxTrailerBytes) ec = beast_http::error::header_limit;
+      else static_cast<Derived*>(this)->on_trailer({name_sv.data(), name_sv.size()}, {value_sv.data(), value_sv.size()});
       return;
     }
     std::string_view name{name_sv.data(), name_sv.size()};
@@ -107,6 +141,9 @@ class StreamingParser : public beast_http::basic_parser<isRequest> {
   BodySink& sink_;
   bool& too_many_fields_;
   bool header_done_ = false;
+  std::size_t limit_ = 8192;    ///< Beast's default
+  std::size_t head_used_ = 0;   ///< head bytes consumed by earlier put() calls
+  std::size_t budget_ = 8192;   ///< what the head may still take, as of this put()
   std::size_t trailer_fields_ = 0;
   std::size_t trailer_bytes_ = 0;
 };
@@ -122,6 +159,7 @@ class RequestParser : public StreamingParser<true, RequestParser> {
   void on_request_impl(Verb method, boost::beast::string_view method_str, boost::beast::string_view target,
                        int version, error_code& ec) override;
   void on_stored(FieldId id, std::string_view name, std::string_view value, int at, error_code& ec);
+  void on_trailer(std::string_view, std::string_view) noexcept {}
 
   RequestInfo& info_;
   std::string_view request_id_;
@@ -131,6 +169,7 @@ class RequestParser : public StreamingParser<true, RequestParser> {
 /// The response fields levee reads (configurable names).
 struct ResponseSignals {
   std::string load_report = "endpoint-load-metrics";
+  std::string load_report_bin = "endpoint-load-metrics-bin";  ///< load_report + "-bin"
   std::string no_retry = "x-levee-no-retry";
 };
 
@@ -143,6 +182,7 @@ class ResponseParser : public StreamingParser<false, ResponseParser> {
   friend class StreamingParser<false, ResponseParser>;
   void on_response_impl(int code, boost::beast::string_view reason, int version, error_code& ec) override;
   void on_stored(FieldId id, std::string_view name, std::string_view value, int at, error_code& ec);
+  void on_trailer(std::string_view name, std::string_view value) noexcept;
 
   ResponseInfo& info_;
   const ResponseSignals& names_;

@@ -26,8 +26,10 @@ void write_upstream_head(std::string& out, const UpstreamHead& u) {
     if (iequals(f.name, u.names.timeout_ms) || iequals(f.name, u.names.attempt) || iequals(f.name, "grpc-timeout"))
       continue;
     if (info.connection_tokens > 0 && named_in_connection(fields, f.name)) continue;
+    if (!u.load_format.empty() && iequals(f.name, "endpoint-load-metrics-format")) continue;
     append_field(out, f.name, f.value);
   }
+  if (!u.load_format.empty()) append_field(out, "endpoint-load-metrics-format", u.load_format);
   if (absolute) append_field(out, "host", info.authority);
   else if (info.host < 0 && !u.default_host.empty()) append_field(out, "host", u.default_host);
   // Via and X-Forwarded-For append to what came in.

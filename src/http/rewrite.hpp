@@ -36,13 +36,16 @@ struct UpstreamHead {
   const Head& head;
   const RequestInfo& info;
   const RewriteNames& names;
-  std::string_view client_ip;          ///< appended to X-Forwarded-For
+  std::string_view client_ip{};        ///< appended to X-Forwarded-For
   std::string_view proto = "http";     ///< X-Forwarded-Proto
-  std::string_view default_host;       ///< Host when the request had none (HTTP/1.0)
-  std::string_view generated_id;       ///< request id to add (empty: it came with one)
-  std::optional<core::Duration> remaining;  ///< the deadline left, to forward
+  std::string_view default_host{};     ///< Host when the request had none (HTTP/1.0)
+  std::string_view generated_id{};     ///< request id to add (empty: it came with one)
+  std::optional<core::Duration> remaining{};  ///< the deadline left, to forward
   bool grpc_timeout = false;           ///< forward it as grpc-timeout too
   std::uint32_t attempt = 1;
+  /// endpoint-load-metrics-format to ask for ("text", "json"), replacing
+  /// the client's; empty: the client's passes.
+  std::string_view load_format{};
   BodyFraming framing = BodyFraming::None;
   std::uint64_t length = 0;            ///< with BodyFraming::Length
 };

@@ -5,6 +5,7 @@
 
 #include "core/admission.hpp"
 #include "core/headers.hpp"
+#include "core/orca.hpp"
 #include "http/rewrite.hpp"
 #include "proxy/io.hpp"
 #include "proxy/listener.hpp"
@@ -288,10 +289,26 @@ void Exchange::report(const Attempt& a, core::Answer answer, bool failure, std::
   r.failure = failure;
   r.latency = latency;
   if (load) {
-    r.cost = load->cost_cpu;
+    r.cost = load->cost;
     r.utilization = load->utilization();
   }
   cluster_->on_attempt(r);
+}
+
+void Exchange::read_load_report(Attempt& a, std::string_view value, bool bin) {
+  auto& m = *rt_.metrics;
+  const auto& sel = cluster_->cfg.load_report.select;
+  core::LoadReport r;
+  const auto st = bin ? core::parse_orca_bin(value, r, sel) : core::parse_orca(value, r, sel);
+  if (st != core::OrcaStatus::Ok) {
+    m.load_report_errors.inc(w_.index, cluster_->index);
+    return;
+  }
+  if (r.unknown > 0) m.load_report_ignored.inc(w_.index, m.load_report_ignored.index({cluster_->index, 0}), r.unknown);
+  if (r.malformed > 0)
+    m.load_report_ignored.inc(w_.index, m.load_report_ignored.index({cluster_->index, 1}), r.malformed);
+  a.load = r;
+  a.load_ok = true;
 }
 
 awaitable<bool> Exchange::forward() {
@@ -435,13 +452,18 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
   const auto& cc = cluster_->cfg;
   const auto& info = b_.req;
   const TimePoint t = now();
-  http::UpstreamHead u{b_.req_head, info, rt_.rewrite_names, {}, "http", {}, {}, std::nullopt};
+  http::UpstreamHead u{b_.req_head, info, rt_.rewrite_names};
   u.client_ip = b_.client_ip();
   u.default_host = cluster_->endpoints[a.endpoint]->label;
   if (info.request_id < 0) u.generated_id = rec_.request_id;
   if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - t;
   u.grpc_timeout = cls_.grpc_timeout;
   u.attempt = a.number;
+  switch (cc.load_report.request_format) {
+    case config::LoadReportConfig::Format::Off: break;
+    case config::LoadReportConfig::Format::Text: u.load_format = "text"; break;
+    case config::LoadReportConfig::Format::Json: u.load_format = "json"; break;
+  }
   if (d_.has_body()) {
     if (auto len = d_.body_length()) {
       u.framing = http::BodyFraming::Length;
@@ -606,10 +628,8 @@ awaitable<void> Exchange::read_response_head(Attempt& a) {
   m.upstream_latency.observe(w_.index, cluster_->index, core::to_seconds(a.head_at - a.sent_at));
   m.upstream_requests.inc(w_.index, m.upstream_requests.index({m.endpoint(cluster_->index, a.endpoint), code_class(status)}));
   // What the backend says about load and cost.
-  if (b_.resp.load_report >= 0) {
-    if (core::parse_orca(b_.resp_head.value(b_.resp.load_report), a.load) == core::OrcaStatus::Ok) a.load_ok = true;
-    else m.load_report_errors.inc(w_.index, cluster_->index);
-  }
+  if (b_.resp.load_report >= 0) read_load_report(a, b_.resp_head.value(b_.resp.load_report), false);
+  if (b_.resp.load_report_bin >= 0) read_load_report(a, b_.resp_head.value(b_.resp.load_report_bin), true);
   a.overloaded = status == 429 || status == 503 || b_.resp.no_retry;
 }
 
@@ -636,6 +656,9 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
   auto settle = [&](TimePoint at, bool upstream_ok) {
     if (settled) return;
     settled = true;
+    // gRPC servers report load in trailers: the later report wins.
+    if (const auto& t = b_.resp.trailer_load; t.size > 0) read_load_report(a, t.value(), t.bin);
+    else if (t.truncated) rt_.metrics->load_report_errors.inc(w_.index, cluster_->index);
     report(a, a.overloaded ? core::Answer::Overloaded : core::Answer::Accepted, status >= 500 || !upstream_ok,
            a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
     if (permit_) permit_.finish(at, core::QueueGate::Sample{a.head_at - a.sent_at, in_flight_at_start_, a.overloaded});

@@ -80,6 +80,8 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   awaitable<bool> client_gone();
   void report(const Attempt& a, core::Answer answer, bool failure, std::optional<core::Duration> latency,
               const core::LoadReport* load);
+  /// Reads an ORCA load report (a header's or a trailer's) into a.load.
+  void read_load_report(Attempt& a, std::string_view value, bool bin);
 
   void on_wake(const core::QueueGate::Wake& w) override;
   void on_client_gone() noexcept override;

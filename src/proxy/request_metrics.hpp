@@ -39,6 +39,7 @@ struct RequestMetrics {
   metrics::CounterTable upstream_errors;    // (cluster, endpoint), kind
   metrics::CounterTable upstream_connects;  // cluster
   metrics::CounterTable load_report_errors; // cluster
+  metrics::CounterTable load_report_ignored; // cluster, why
   metrics::CounterTable bytes;              // direction
   metrics::HistogramTable upstream_latency; // cluster
   metrics::HistogramTable request_duration; // cluster, outcome (served, rejected)

@@ -19,6 +19,7 @@ http::RewriteNames rewrite_names(const config::HeaderNames& h) {
 http::ResponseSignals response_signals(const config::HeaderNames& h) {
   http::ResponseSignals s;
   s.load_report = h.load_report;
+  s.load_report_bin = h.load_report + "-bin";
   s.no_retry = h.no_retry;
   return s;
 }

@@ -25,10 +25,35 @@ BACKEND = os.environ.get("LEVEE_BACKEND_BIN", os.path.join(BUILD, "levee-backend
 LOADGEN = os.environ.get("LEVEE_LOADGEN_BIN", os.path.join(BUILD, "levee-loadgen"))
 
 
+_ports_given = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never one this process was given
+    before: the kernel may hand the same ephemeral port to two binds in a
+    row once the first socket is closed (a listener and an admin port that
+    collide)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+
+
+def memory_bound_mib(mib):
+    """A bound on levee's peak RSS, for the build under test: ASan keeps up to
+    256 MiB of freed memory in quarantine (its default quarantine_size_mb)
+    plus shadow memory, TSan maps shadow for every byte touched (about 5-8x).
+    The bound stays far below what buffering the data a test moves would
+    take, so it still fails if levee buffers."""
+    san = os.environ.get("LEVEE_SANITIZER", "")
+    if san == "asan":
+        return mib + 256
+    if san == "tsan":
+        return mib * 8
+    return mib
 
 
 def wait_until(predicate, timeout=10.0, interval=0.01, what="condition"):

@@ -5,7 +5,7 @@ import threading
 import time
 import unittest
 
-from harness import Backend, Levee, cluster, free_port, port_open, wait_until
+from harness import Backend, Levee, cluster, free_port, memory_bound_mib, port_open, wait_until
 
 
 async def one_request(port, path="/", source=None, timeout=15.0):
@@ -70,7 +70,7 @@ class Fuse(unittest.TestCase):
         self.assertLessEqual(lv.metric("levee_fuse_connections", listener="main"), 4)
         self.assertGreater(lv.metric("levee_rejected_total", reason="fuse", criticality="SHEDDABLE_PLUS"), 500)
         # Bounded memory for 2000 connections.
-        self.assertLess(lv.proc.rss_peak_kib() / 1024, 128)
+        self.assertLess(lv.proc.rss_peak_kib() / 1024, memory_bound_mib(128))
 
     def test_a_fuse_route_on_a_normal_listener_splits_its_budget(self):
         be = Backend(self, workers=4, service="fixed:20ms")

@@ -8,6 +8,7 @@ Responses: misbehaving upstreams on pooled connections, where a second
 client on the same pool must get its own answer; framing elements that
 never end, with a CPU-time check; a request that must not be sent twice.
 """
+import contextlib
 import os
 import socket
 import threading
@@ -141,6 +142,31 @@ class Requests(unittest.TestCase):
         self.assertEqual(status_of(reply), 400)
         self.assertNotIn(b"299", reply)
         self.assertFalse(self.be.seen("smuggled"))
+        self.after()
+
+    def test_a_head_trickled_in_pieces_is_held_to_max_header_bytes(self):
+        # 100 KiB of fields against the 64 KiB default (50 of them: fewer
+        # than max_headers), one 2 KiB field per write, paced as a slow client sends them: each read holds only a
+        # few complete lines, which Beast consumes as they come and checks
+        # its limit against the rest alone; levee counts the whole head.
+        marker = uuid.uuid4().hex
+        s = socket.create_connection(("127.0.0.1", self.lv.port), timeout=10)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            s.sendall(f"GET / HTTP/1.1\r\nHost: a\r\nX-Test-Id: {marker}\r\n".encode())
+            for i in range(50):
+                s.sendall(b"X-Pad-%03d: " % i + b"v" * 2030 + b"\r\n")
+                time.sleep(0.005)  # the pace of the client under test, not a wait for levee
+            s.sendall(b"\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered and closed before the head ended
+        reply = b""
+        with contextlib.suppress(ConnectionResetError, socket.timeout):
+            while chunk := s.recv(65536):
+                reply += chunk
+        s.close()
+        self.assertEqual(status_of(reply), 431, reply[:200])
+        self.assertFalse(self.be.seen(marker), "reached the backend")
         self.after()
 
     def test_header_timeout_is_408(self):

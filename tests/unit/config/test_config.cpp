@@ -127,6 +127,50 @@ clusters:
   CHECK(out.find("listeners[1].port: another listener already uses 0.0.0.0:8080") != std::string::npos);
 }
 
+TEST_CASE("an empty cluster name or reference is refused, not routed to cluster 0", "[config]") {
+  // Accepted before, this pointed a route at clusters[0] of an empty list:
+  // levee --validate said ok and levee crashed at start-up.
+  auto out = errors_of(R"(listeners: [{port: 8080, routes: [{cluster: ""}]}]
+)");
+  CHECK(out.find("listeners[0].routes[0].cluster: must not be empty") != std::string::npos);
+  out = errors_of(R"(listeners: [{port: 8080, routes: [{cluster: app}]}]
+clusters: [{name: "", endpoints: ["127.0.0.1:9"]}, {name: app, endpoints: ["127.0.0.1:9"]}]
+)");
+  CHECK(out.find("clusters[0].name: must not be empty") != std::string::npos);
+}
+
+TEST_CASE("an endpoint needs a host", "[config]") {
+  auto out = errors_of(R"(listeners: [{port: 8080, routes: [{cluster: app}]}]
+clusters: [{name: app, endpoints: ["[]:80", "a b:80", "ok:80"]}]
+)");
+  CHECK(out.find("clusters[0].endpoints[0]: must be host:port with port 1..65535, not '[]:80'") != std::string::npos);
+  CHECK(out.find("clusters[0].endpoints[1]: must be host:port") != std::string::npos);
+  CHECK(out.find("endpoints[2]") == std::string::npos);
+}
+
+TEST_CASE("header names are tokens and health-check requests cannot be split", "[config]") {
+  // levee writes some of these into the heads it sends upstream: a CR LF
+  // in them would add header fields (or requests) of the config's choosing.
+  auto out = errors_of(R"(headers: {attempt: "x-a: 1\r\nx-evil", request_id: "x id"}
+tenants: {source: {header: "x:t", api_keys: {header: "k\n", keys: {a: b}}}}
+listeners: [{port: 8080, routes: [{cluster: app}]}]
+clusters:
+  - name: app
+    endpoints: ["127.0.0.1:9"]
+    health_check: {path: "/h HTTP/1.1\r\nX: y", host: "a\r\nb"}
+)");
+  CHECK(out.find("headers.attempt: must be a header name") != std::string::npos);
+  CHECK(out.find("headers.request_id: must be a header name") != std::string::npos);
+  CHECK(out.find("tenants.source.header: must be a header name") != std::string::npos);
+  CHECK(out.find("tenants.source.api_keys.header: must be a header name") != std::string::npos);
+  CHECK(out.find("clusters[0].health_check.path: must not hold spaces or control characters") != std::string::npos);
+  CHECK(out.find("clusters[0].health_check.host: must not hold spaces or control characters") != std::string::npos);
+  CHECK(load_string(R"(headers: {attempt: X-Try_1}
+listeners: [{port: 8080, routes: [{cluster: app}]}]
+clusters: [{name: app, endpoints: ["127.0.0.1:9"], health_check: {path: "/h?x=1", host: "svc:81"}}]
+)", "t.yaml").ok());
+}
+
 TEST_CASE("tenant quotas need a default and overrides must name known tenants", "[config]") {
   auto out = errors_of(R"(tenants:
   quotas: {gmail: 4.0, android: -1}

@@ -13,6 +13,7 @@
 #include "core/admission.hpp"
 #include "core/classify.hpp"
 #include "core/headers.hpp"
+#include "core/orca.hpp"
 
 namespace {
 std::atomic<std::size_t> g_allocations{0};
@@ -66,6 +67,8 @@ TEST_CASE("a million requests through the admission pipeline allocate nothing", 
   TimePoint now{};
   std::vector<QueueGate::Ticket> queued;
   queued.reserve(64);
+  OrcaSelection vllm;
+  vllm.utilization = *parse_orca_metric("named_metrics.kv_cache_usage_perc");
   auto one = [&](std::uint64_t i) {
     now += 7us;
     const auto cls = classifier.classify("www.example.com", "/api/x", fields, peer, now);
@@ -84,6 +87,8 @@ TEST_CASE("a million requests through the admission pipeline allocate nothing", 
     }
     LoadReport r;
     (void)parse_orca("TEXT cpu_utilization=0.5, request_cost.cpu=0.002", r);
+    (void)parse_orca("JSON {\"named_metrics\": {\"kv_cache_usage_perc\": 0.4}}", r, vllm);
+    (void)parse_orca_bin("CZqZmZmZmbk/MQAAAAAAAABAQg4KA2ZvbxGamZmZmZm5P0IOCgNiYXIRmpmZmZmZyT8", r, vllm);
   };
   for (std::uint64_t i = 0; i < 10000; ++i) one(i);  // warm-up
   // The counter does see allocations.

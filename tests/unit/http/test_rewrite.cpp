@@ -39,7 +39,7 @@ TEST_CASE("the upstream head keeps end-to-end fields and rewrites the rest", "[r
       "Transfer-Encoding: chunked\r\nX-Keep: yes\r\n\r\n");
   http::RewriteNames names;
   http::UpstreamHead u{r.head, r.info, names, "127.0.0.2", "http", "backend:80", "abc", 1500ms, true, 2,
-                       http::BodyFraming::Length, 42};
+                       {}, http::BodyFraming::Length, 42};
   std::string out;
   http::write_upstream_head(out, u);
   CHECK(out.rfind("POST /p?q HTTP/1.1\r\n", 0) == 0);
@@ -60,12 +60,26 @@ TEST_CASE("the upstream head keeps end-to-end fields and rewrites the rest", "[r
     CHECK(out.find(gone) == std::string::npos);
 }
 
+TEST_CASE("a cluster that asks for load reports replaces the client's format header", "[rewrite][orca]") {
+  Request r("GET / HTTP/1.1\r\nHost: a\r\nEndpoint-Load-Metrics-Format: json\r\n\r\n");
+  http::RewriteNames names;
+  http::UpstreamHead u{r.head, r.info, names, "127.0.0.1"};
+  std::string out;
+  http::write_upstream_head(out, u);
+  CHECK(has_line(out, "Endpoint-Load-Metrics-Format: json"));  // not configured: the client's passes
+  u.load_format = "text";
+  out.clear();
+  http::write_upstream_head(out, u);
+  CHECK(has_line(out, "endpoint-load-metrics-format: text"));
+  CHECK(out.find("json") == std::string::npos);
+}
+
 TEST_CASE("an HTTP/1.0 request without Host gets the endpoint's, and no deadline goes up when none is set",
           "[rewrite]") {
   Request r("GET / HTTP/1.0\r\n\r\n");
   http::RewriteNames names;
   http::UpstreamHead u{r.head, r.info, names, "::1", "http", "10.0.0.9:8080", {}, std::nullopt, false, 1,
-                       http::BodyFraming::None, 0};
+                       {}, http::BodyFraming::None, 0};
   std::string out;
   http::write_upstream_head(out, u);
   CHECK(out.rfind("GET / HTTP/1.1\r\n", 0) == 0);
