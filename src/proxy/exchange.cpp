@@ -131,7 +131,8 @@ awaitable<bool> Exchange::refuse(Reason r, std::string_view detail) { co_return 
 awaitable<bool> Exchange::run() {
   const auto& info = b_.req;
   cls_ = l_.classifier.classify(http::authority(b_.req_head, info), info.target, b_.req_head.fields(),
-                                d_.peer().address, rec_.start);
+                                core::PeerView{d_.peer().address, d_.peer().identity}, rec_.start);
+  count_untrusted();  // proxy/trust.cpp
   rec_.criticality = cls_.criticality;
   rec_.tenant = cls_.tenant;
   if (cls_.route != core::kNoRoute) {
@@ -459,6 +460,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
   if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - t;
   u.grpc_timeout = cls_.grpc_timeout;
   u.attempt = a.number;
+  untrusted_rewrite(u);  // proxy/trust.cpp
   switch (cc.load_report.request_format) {
     case config::LoadReportConfig::Format::Off: break;
     case config::LoadReportConfig::Format::Text: u.load_format = "text"; break;

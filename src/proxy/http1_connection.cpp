@@ -52,9 +52,16 @@ std::pair<std::uint64_t, std::uint64_t> Http1Connection::take_bytes() noexcept {
 
 awaitable<void> Http1Connection::run() {
   auto self = shared_from_this();
-  if (l_.tls && !co_await accept_tls(stream_, *l_.tls)) {  // proxy/tls_context.cpp
-    stream_.close();
-    co_return;
+  if (l_.tls) {  // proxy/tls_context.cpp
+    peer_.tls = true;
+    if (!co_await accept_tls(stream_, *l_.tls, *w_.rt->metrics, w_.index, l_.index)) {
+      stream_.close();
+      co_return;
+    }
+    if (l_.tls->client_certificates()) {  // mTLS: the verified certificate's names
+      identity_ = peer_identity(stream_.ssl());
+      if (!identity_.empty()) peer_.identity = &identity_;
+    }
   }
   for (;;) {
     // Between requests: wait for the first bytes of the next one. A hot

@@ -72,6 +72,7 @@ class Http1Connection final : public Downstream,
   Listener& l_;
   Stream stream_;
   Peer peer_;
+  core::PeerIdentity identity_;  ///< a verified client certificate's names (peer_.identity points here)
   std::unique_ptr<IoBuffer> in_;
   std::unique_ptr<ExchangeBuffers> b_;
   ClientWatch* watcher_ = nullptr;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/text.hpp"
+#include "proxy/request_metrics.hpp"
 #include "proxy/stream.hpp"
 
 namespace levee::proxy {
@@ -209,10 +210,15 @@ SSL_CTX* ServerTls::select(std::string_view name) const noexcept {
   return nullptr;
 }
 
-awaitable<bool> accept_tls(Stream& s, const ServerTls& tls) {
+awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, std::size_t shard,
+                           std::size_t listener) {
+  auto count = [&](HandshakeResult r) {
+    m.tls_handshakes.inc(shard, m.tls_handshakes.index({listener, static_cast<std::size_t>(r)}));
+  };
   SSL* ssl = tls.session();
   if (ssl == nullptr) {
     ERR_clear_error();
+    count(HandshakeResult::Failed);
     co_return false;
   }
   s.attach(ssl);
@@ -231,6 +237,9 @@ awaitable<bool> accept_tls(Stream& s, const ServerTls& tls) {
   const error_code ec = co_await s.handshake();
   st->done = true;
   t.cancel();
+  if (st->expired) count(HandshakeResult::Timeout);
+  else if (ec) count(HandshakeResult::Failed);
+  else count(s.resumed() ? HandshakeResult::Resumed : HandshakeResult::Full);
   co_return !ec && !st->expired;
 }
 

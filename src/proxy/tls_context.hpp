@@ -52,11 +52,14 @@ class ServerTls {
 };
 
 class Stream;
+struct RequestMetrics;
 
 /// The server side of a TLS handshake on an accepted connection, bounded by
 /// the listener's handshake_timeout (a client that is slow or silent is
 /// cut off then). False: the connection is to be closed.
-awaitable<bool> accept_tls(Stream& s, const ServerTls& tls);
+/// Counts it in levee_tls_handshakes_total{listener, result}.
+awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, std::size_t shard,
+                           std::size_t listener);
 
 /// What a verified peer certificate names (SAN URIs, SAN DNS names, CN).
 core::PeerIdentity peer_identity(ssl_st* ssl);

@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from harness import LEVEE, Backend, Levee, cluster, free_port
+from harness import LEVEE, Backend, Levee, cluster, free_port, wait_until
 
 
 def run(args, **kw):
@@ -221,6 +221,110 @@ class TlsTermination(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5.0)
         for s in silent:
             s.close()
+
+
+@unittest.skipUnless(shutil.which("openssl") and shutil.which("curl"), "needs the openssl CLI and curl")
+class MutualTls(unittest.TestCase):
+    """Client certificates against a CA bundle; the identity as tenant and as a trusted source."""
+
+    def setUp(self):
+        self.pki = Pki(self)
+        self.cert, self.key = self.pki.issue("www", "www.test", dns=["www.test"])
+        self.billing = self.pki.issue("billing", "billing-svc", uris=["spiffe://corp/ns/prod/sa/billing"], client=True)
+        self.edge = self.pki.issue("edge", "silver", uris=["spiffe://corp/ns/edge/sa/lb"], client=True)
+        self.be = Backend(self)
+
+    def levee(self, mode="required", tenant=None, trust=None):
+        listener = {"tls": {"certificate": self.cert, "key": self.key,
+                            "client_auth": {"mode": mode, "ca": self.pki.ca}},
+                    "tenant": tenant or {"certificate_tenants": {"spiffe://corp/ns/prod/sa/billing": "gold"}}}
+        if trust is not None:
+            listener["trust"] = trust
+        return Levee(self, [cluster("app", [self.be.address])], listener=listener,
+                     extra={"tenants": {"quotas": {"default": 1.0, "gold": 1.0, "silver": 1.0}}})
+
+    def curl(self, lv, client=None, headers=()):
+        args = ["curl", "-sS", "--cacert", self.pki.ca, "--resolve", f"www.test:{lv.port}:127.0.0.1",
+                f"https://www.test:{lv.port}/headers", "-w", "\n%{http_code}"]
+        if client:
+            args += ["--cert", client[0], "--key", client[1]]
+        for h in headers:
+            args += ["-H", h]
+        r = run(args)
+        body, _, status = r.stdout.rpartition("\n")
+        return r.returncode, status, body.lower(), r.stderr
+
+    def test_required_accepts_a_certificate_and_takes_the_tenant_from_it(self):
+        lv = self.levee()
+        rc, status, body, err = self.curl(lv, self.billing, ["X-Tenant-Id: silver"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        # The header cannot override the certificate: levee replaced it with the certificate's tenant.
+        self.assertIn("x-tenant-id: gold", body)
+        self.assertNotIn("silver", body)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="gold"), 1)
+        self.assertEqual(lv.metric("levee_tls_handshakes_total", result="full"), 1)
+
+    def test_required_refuses_a_client_without_a_certificate(self):
+        lv = self.levee()
+        # (the harness's readiness probe connected and left: a failed handshake already)
+        before = lv.metric("levee_tls_handshakes_total", result="failed")
+        rc, status, body, err = self.curl(lv)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("certificate required", err)
+        wait_until(lambda: lv.metric("levee_tls_handshakes_total", result="failed") == before + 1,
+                   what="the failed handshake counted")
+        self.assertEqual(lv.metric("levee_admitted_total"), 0)
+
+    def test_a_certificate_from_another_ca_is_refused(self):
+        other = Pki(self)
+        stranger = other.issue("billing", "billing-svc", uris=["spiffe://corp/ns/prod/sa/billing"], client=True)
+        for mode in ("required", "optional"):
+            lv = self.levee(mode)
+            rc, status, body, err = self.curl(lv, stranger)
+            self.assertNotEqual(rc, 0, mode)
+            self.assertEqual(lv.metric("levee_admitted_total"), 0, mode)
+
+    def test_optional_serves_clients_without_a_certificate_as_the_default_tenant(self):
+        lv = self.levee("optional")
+        rc, status, body, err = self.curl(lv, None, ["X-Tenant-Id: gold"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="default"), 1)
+        self.assertIn("x-tenant-id: default", body)  # not believed from a stranger, replaced
+        rc, status, body, err = self.curl(lv, self.billing)
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="gold"), 1)
+
+    def test_tenant_named_by_a_certificate_field(self):
+        lv = self.levee(tenant={"from_certificate": "cn"})
+        rc, status, body, err = self.curl(lv, self.edge)  # CN=silver
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="silver"), 1)
+
+    def test_identities_as_trusted_sources(self):
+        lv = self.levee(trust={"networks": [], "identities": ["spiffe://corp/ns/edge/*"]})
+        rc, status, body, err = self.curl(lv, self.edge, ["X-Criticality: CRITICAL_PLUS"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertIn("x-criticality: critical_plus", body)
+        rc, status, body, err = self.curl(lv, self.billing, ["X-Criticality: CRITICAL_PLUS"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertIn("x-criticality: critical", body)  # the default class, not the claim
+        self.assertNotIn("critical_plus", body)
+        self.assertEqual(lv.metric("levee_untrusted_headers_total", header="criticality"), 1)
+
+    def test_identities_and_certificate_tenants_need_client_auth(self):
+        cfg_dir = self.pki.dir
+        path = os.path.join(cfg_dir, "bad.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "tls": {"certificate": self.cert, "key": self.key},
+                                      "trust": {"identities": ["x"]},
+                                      "tenant": {"certificate_tenants": {"x": "gold"}},
+                                      "routes": [{"cluster": "app"}]}],
+                       "tenants": {"quotas": {"gold": 1.0}},
+                       "clusters": [{"name": "app", "endpoints": ["127.0.0.1:1"]}]}, f)
+        r = run([LEVEE, "--validate", path])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("listeners[0].trust.identities: needs tls.client_auth", r.stderr)
+        self.assertIn("listeners[0].tenant: tenants from certificates need tls.client_auth", r.stderr)
 
 
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl CLI")
