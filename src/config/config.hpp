@@ -236,6 +236,7 @@ struct ClusterConfig {
   LoadReportConfig load_report;
   /// Per-cluster quota overrides (tenant -> CPU-s/s); others use tenants.quotas.
   std::vector<std::pair<std::string, double>> quotas;
+  UpstreamTlsConfig tls;  ///< config/tls.hpp
 };
 
 /// TLS to Redis (issue 16). Redis asks for a client certificate by default

@@ -652,6 +652,7 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
   }
   if (auto ln = m.take("load_report"); ln.IsDefined()) read_load_report(ctx, ln, m.sub("load_report"), c.load_report);
   read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
+  read_cluster_edge(ctx, m, c);  // tls: config/tls.cpp
 }
 
 template <typename T, typename F>

@@ -218,6 +218,19 @@ void read_tenant_edge(Ctx& ctx, Map& m, TenantSource& t) {
   }
 }
 
+void read_cluster_edge(Ctx& ctx, Map& m, ClusterConfig& c) {
+  auto n = m.take("tls");
+  if (!n.IsDefined()) return;
+  auto& t = c.tls;
+  Map tm(ctx, n, m.sub("tls"));
+  t.enabled = true;
+  t.place = place_of(n, m.sub("tls"));
+  read_bool(ctx, tm.take("enabled"), tm.sub("enabled"), t.enabled);
+  read_file(ctx, tm, "ca", t.ca_file, t.ca_place);
+  read(ctx, tm.take("server_name"), tm.sub("server_name"), t.server_name);
+  read_bool(ctx, tm.take("verify"), tm.sub("verify"), t.verify);
+}
+
 void validate_edge(Ctx& ctx, const YAML::Node& root, Config& cfg) {
   // A key's node for an error's place; undefined when the document has no
   // such key (never creates one, never throws).
@@ -244,10 +257,16 @@ void validate_edge(Ctx& ctx, const YAML::Node& root, Config& cfg) {
         ctx.error(n, where, "tenants from certificates need tls.client_auth on the listener");
     };
     tenant_certs(l.tenant, path + ".tenant", child(ln, "tenant"));
+
     for (std::size_t r = 0; r < l.routes.size(); ++r)
       tenant_certs(l.routes[r].tenant, at(path + ".routes", r) + ".tenant",
                    child(item(child(ln, "routes"), r), "tenant"));
   }
+  // Health checks speak cleartext: against a TLS endpoint they would only fail.
+  for (std::size_t i = 0; i < cfg.clusters.size(); ++i)
+    if (cfg.clusters[i].tls.enabled && cfg.clusters[i].health_check.enabled)
+      ctx.error(child(item(child(root, "clusters"), i), "health_check"), at("clusters", i) + ".health_check",
+                "health checks over TLS are not supported yet: turn health_check off for a tls cluster");
 }
 
 }  // namespace detail

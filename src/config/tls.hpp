@@ -71,6 +71,16 @@ struct ServerTlsConfig {
   Place place;  ///< the `tls` key
 };
 
+/// TLS from levee to a cluster's endpoints (requests; not health checks yet).
+struct UpstreamTlsConfig {
+  bool enabled = false;
+  std::string ca_file;      ///< `ca`: PEM bundle; empty: the system's trusted CAs
+  std::string server_name;  ///< SNI and the name verified; empty: the endpoint's host
+  bool verify = true;       ///< false: encrypt without checking the server (tests only)
+  Place ca_place;
+  Place place;  ///< the `tls` key
+};
+
 /// Who a listener believes.
 struct TrustConfig {
   bool set = false;  ///< written in the file; else: everyone on a loopback listener, nobody elsewhere

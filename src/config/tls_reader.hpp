@@ -13,6 +13,8 @@ void read_listener_edge(Ctx& ctx, Map& m, ListenerConfig& l);
 void read_route_edge(Ctx& ctx, Map& m, RouteConfig& r);
 /// Tenant-source keys `certificate_tenants`, `from_certificate`.
 void read_tenant_edge(Ctx& ctx, Map& m, TenantSource& t);
+/// Cluster key `tls`.
+void read_cluster_edge(Ctx& ctx, Map& m, ClusterConfig& c);
 /// What only the whole file tells: each listener's default trust (by its
 /// address), and that certificate identities need client certificates.
 void validate_edge(Ctx& ctx, const YAML::Node& root, Config& cfg);

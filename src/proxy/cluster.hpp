@@ -70,6 +70,8 @@ class Cluster {
   Cluster(const config::ClusterConfig& cfg, std::size_t index, core::AdmissionConfig admission,
           core::EndpointPolicy endpoints, TimePoint now);
 
+  /// TLS to the endpoints (proxy/tls_context.hpp); null: cleartext.
+  std::shared_ptr<const class ClientTls> tls;
   const config::ClusterConfig& cfg;
   const std::size_t index;
   std::vector<std::unique_ptr<Endpoint>> endpoints;

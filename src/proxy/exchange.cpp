@@ -10,6 +10,7 @@
 #include "proxy/io.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/runtime.hpp"
+#include "proxy/tls_context.hpp"
 #include "proxy/worker.hpp"
 
 namespace levee::proxy {
@@ -423,6 +424,13 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
     error_code ig;
     up_->sock().set_option(tcp::no_delay(true), ig);
     up_->sock().non_blocking(true, ig);
+    // TLS to the endpoint, within the same connect deadline (proxy/tls_context.cpp).
+    if (cluster_->tls && !co_await connect_tls(up_->stream, *cluster_->tls, ep.host)) {
+      a.failed = true;
+      a.failure = core::AttemptFailure::Connect;
+      a.error = UpstreamError::Connect;
+      co_return;
+    }
     m.upstream_connects.inc(w_.index, cluster_->index);
   }
   ++up_->uses;

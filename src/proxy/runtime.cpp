@@ -40,6 +40,7 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w)
     const auto& cc = cfg->clusters[i];
     clusters.push_back(std::make_unique<Cluster>(cc, i, config::admission_config(*cfg, cc, tenants),
                                                  config::endpoint_policy(cc), t0));
+    if (cc.tls.enabled) clusters.back()->tls = client_tls(cc.tls, cfg->source);
     labels.clusters.push_back(cc.name);
     labels.endpoint_base.push_back(labels.endpoints.size());
     for (const auto& ep : clusters.back()->endpoints) labels.endpoints.push_back({cc.name, ep->label});

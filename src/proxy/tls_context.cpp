@@ -276,7 +276,85 @@ std::vector<config::Error> check_tls(const config::Config& cfg) {
   std::vector<config::Error> errors;
   for (const auto& l : cfg.listeners)
     if (l.tls.enabled) ServerTls::make(l.tls, cfg.source, errors);
+  for (const auto& c : cfg.clusters)
+    if (c.tls.enabled) ClientTls::make(c.tls, cfg.source, errors);
   return errors;
+}
+
+// --- upstream ------------------------------------------------------------------
+
+std::shared_ptr<ClientTls> ClientTls::make(const config::UpstreamTlsConfig& c, const std::string& source,
+                                           std::vector<config::Error>& errors) {
+  Errors err{source, errors};
+  std::shared_ptr<ClientTls> t(new ClientTls(c));
+  t->ctx_ = SSL_CTX_new(TLS_client_method());
+  if (t->ctx_ == nullptr) {
+    err.add(c.place, "cannot create a TLS context: " + openssl_reason());
+    return nullptr;
+  }
+  SSL_CTX_set_min_proto_version(t->ctx_, TLS1_2_VERSION);
+  SSL_CTX_set_options(t->ctx_, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  static const std::string kWire = alpn_wire({"http/1.1"});
+  SSL_CTX_set_alpn_protos(t->ctx_, reinterpret_cast<const unsigned char*>(kWire.data()),
+                          static_cast<unsigned int>(kWire.size()));
+  if (c.verify) {
+    SSL_CTX_set_verify(t->ctx_, SSL_VERIFY_PEER, nullptr);
+    if (c.ca_file.empty()) {
+      if (SSL_CTX_set_default_verify_paths(t->ctx_) != 1) {
+        err.add(c.place, "cannot load the system's trusted CAs: " + openssl_reason());
+        return nullptr;
+      }
+    } else {
+      if (!err.readable(c.ca_place, c.ca_file, "CA bundle")) return nullptr;
+      if (SSL_CTX_load_verify_locations(t->ctx_, c.ca_file.c_str(), nullptr) != 1) {
+        err.add(c.ca_place, "'" + c.ca_file + "' is not a PEM CA bundle (" + openssl_reason() + ")");
+        return nullptr;
+      }
+    }
+  } else {
+    SSL_CTX_set_verify(t->ctx_, SSL_VERIFY_NONE, nullptr);
+  }
+  return t;
+}
+
+ClientTls::~ClientTls() {
+  if (ctx_) SSL_CTX_free(ctx_);
+}
+
+SSL* ClientTls::session(const std::string& endpoint_host) const {
+  SSL* s = SSL_new(ctx_);
+  if (s == nullptr) return nullptr;
+  SSL_set_connect_state(s);
+  const std::string& host = cfg_.server_name.empty() ? endpoint_host : cfg_.server_name;
+  const bool ip = core::parse_address(host).has_value();
+  // SNI (SSL_set_tlsext_host_name, without its C cast).
+  if (!ip) SSL_ctrl(s, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(host.c_str()));
+  if (cfg_.verify) {
+    X509_VERIFY_PARAM* p = SSL_get0_param(s);
+    if (ip) X509_VERIFY_PARAM_set1_ip_asc(p, host.c_str());
+    else SSL_set1_host(s, host.c_str());
+  }
+  return s;
+}
+
+awaitable<bool> connect_tls(Stream& s, const ClientTls& tls, const std::string& host) {
+  SSL* ssl = tls.session(host);
+  if (ssl == nullptr) {
+    ERR_clear_error();
+    co_return false;
+  }
+  s.attach(ssl);
+  const error_code ec = co_await s.handshake();
+  co_return !ec;
+}
+
+std::shared_ptr<const ClientTls> client_tls(const config::UpstreamTlsConfig& c, const std::string& source) {
+  std::vector<config::Error> errors;
+  auto t = ClientTls::make(c, source, errors);
+  if (t) return t;
+  std::string msg;
+  for (const auto& e : errors) msg += (msg.empty() ? "" : "; ") + e.format();
+  throw std::runtime_error(msg.empty() ? "TLS: cannot set up the cluster" : msg);
 }
 
 }  // namespace levee::proxy

@@ -61,6 +61,32 @@ struct RequestMetrics;
 awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, std::size_t shard,
                            std::size_t listener);
 
+/// TLS to a cluster's endpoints: one client context, verifying the server
+/// against the CA bundle (or the system's) and the endpoint's name.
+class ClientTls {
+ public:
+  static std::shared_ptr<ClientTls> make(const config::UpstreamTlsConfig& c, const std::string& source,
+                                         std::vector<config::Error>& errors);
+  ~ClientTls();
+  ClientTls(const ClientTls&) = delete;
+  ClientTls& operator=(const ClientTls&) = delete;
+  /// A client session for `host` (SNI unless it is an IP literal; the name
+  /// or address the certificate must carry), or null.
+  ssl_st* session(const std::string& host) const;
+
+ private:
+  explicit ClientTls(const config::UpstreamTlsConfig& c) : cfg_(c) {}
+  config::UpstreamTlsConfig cfg_;
+  ssl_ctx_st* ctx_ = nullptr;
+};
+
+/// The client side of a handshake on a connected upstream socket (bounded
+/// by the caller's watchdog, which cancels the socket). False: failed.
+awaitable<bool> connect_tls(Stream& s, const ClientTls& tls, const std::string& host);
+
+/// ClientTls::make at start-up; throws on a bad file.
+std::shared_ptr<const ClientTls> client_tls(const config::UpstreamTlsConfig& c, const std::string& source);
+
 /// What a verified peer certificate names (SAN URIs, SAN DNS names, CN).
 core::PeerIdentity peer_identity(ssl_st* ssl);
 

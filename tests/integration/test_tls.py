@@ -327,6 +327,111 @@ class MutualTls(unittest.TestCase):
         self.assertIn("listeners[0].tenant: tenants from certificates need tls.client_auth", r.stderr)
 
 
+class TlsBackend:
+    """An HTTPS backend (Python's ssl): answers with the request's headers and
+    remembers the SNI names and the connections it saw."""
+
+    def __init__(self, tc, cert, key):
+        import http.server
+        import ssl
+        import threading
+        seen = self.seen = {"sni": [], "connections": 0, "requests": 0}
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        ctx.sni_callback = lambda sock, name, c: seen["sni"].append(name)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                seen["connections"] += 1
+                super().setup()
+
+            def do_GET(self):
+                seen["requests"] += 1
+                body = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        t = threading.Thread(target=self.server.serve_forever, daemon=True)
+        t.start()
+        tc.addCleanup(self.server.server_close)
+        tc.addCleanup(self.server.shutdown)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "needs the openssl CLI")
+class UpstreamTls(unittest.TestCase):
+    """TLS from levee to a cluster: verified against a CA bundle, with SNI."""
+
+    def setUp(self):
+        self.pki = Pki(self)
+        cert, key = self.pki.issue("backend", "backend.test", dns=["backend.test"])
+        self.be = TlsBackend(self, cert, key)
+
+    def levee(self, tls):
+        return Levee(self, [cluster("app", [self.be.address], tls=tls)])
+
+    def test_requests_go_over_verified_tls_with_sni_and_pooled_connections(self):
+        lv = self.levee({"ca": self.pki.ca, "server_name": "backend.test"})
+        c = lv.conn()
+        for _ in range(3):
+            c.request("GET", "/headers", headers={"Host": "front.test"})
+            r = c.getresponse()
+            body = r.read().decode().lower()
+            self.assertEqual(r.status, 200, body)
+            self.assertIn("host: front.test", body)
+        c.close()
+        self.assertEqual(self.be.seen["requests"], 3)
+        self.assertEqual(self.be.seen["sni"], ["backend.test"])
+        self.assertEqual(self.be.seen["connections"], 1)  # one pooled TLS connection served all three
+        self.assertEqual(lv.metric("levee_upstream_connections_total", cluster="app"), 1)
+
+    def test_a_server_the_bundle_does_not_vouch_for_is_not_used(self):
+        other = Pki(self)
+        for tls in ({"ca": other.ca, "server_name": "backend.test"},   # another CA
+                    {"ca": self.pki.ca, "server_name": "wrong.test"}):  # the certificate does not name it
+            lv = self.levee(tls)
+            status, _, body = lv.request("GET", "/headers")
+            self.assertGreaterEqual(status, 500, body)
+            self.assertEqual(self.be.seen["requests"], 0, tls)
+            self.assertGreaterEqual(lv.metric("levee_upstream_errors_total", kind="connect"), 1)
+
+    def test_verify_off_encrypts_without_checking(self):
+        lv = self.levee({"verify": False})
+        status, _, body = lv.request("GET", "/headers")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.be.seen["sni"], [None])  # an IP endpoint and no server_name: no SNI
+
+    def test_a_missing_ca_bundle_is_a_config_error(self):
+        missing = self.pki.path("nope-ca.pem")
+        path = self.pki.path("up.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "address": "127.0.0.1", "routes": [{"cluster": "app"}]}],
+                       "clusters": [{"name": "app", "endpoints": [self.be.address], "tls": {"ca": missing}}]}, f)
+        r = run([LEVEE, "--validate", path])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("clusters[0].tls.ca", r.stderr)
+        self.assertIn(missing, r.stderr)
+
+    def test_health_checks_over_tls_are_refused_until_supported(self):
+        path = self.pki.path("hc.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "address": "127.0.0.1", "routes": [{"cluster": "app"}]}],
+                       "clusters": [{"name": "app", "endpoints": [self.be.address], "tls": {"ca": self.pki.ca},
+                                     "health_check": {"path": "/healthz"}}]}, f)
+        r = run([LEVEE, "--validate", path])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("clusters[0].health_check: health checks over TLS are not supported yet", r.stderr)
+
+
 @unittest.skipUnless(shutil.which("openssl"), "needs the openssl CLI")
 class TlsConfigErrors(unittest.TestCase):
     """A bad certificate set-up stops start-up with exit 2 and names the file."""
