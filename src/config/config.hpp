@@ -136,6 +136,12 @@ struct ListenerConfig {
   Duration min_rate_grace = 10s;
   std::uint32_t max_header_bytes = 64 * 1024;
   std::uint32_t max_request_line = 8 * 1024;
+  /// A connection whose requests were refused by admission twice in a row
+  /// waits before its next request is read: 1 ms, doubling with each
+  /// further refusal, up to this. A client flooding requests that are shed
+  /// is then read less often than the ones being served; one admitted
+  /// request clears it. 0: off.
+  Duration shed_backoff = 100ms;
   std::uint32_t max_headers = 100;
   Criticality default_criticality = Criticality::Critical;
   std::optional<TenantSource> tenant;

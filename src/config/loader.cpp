@@ -438,6 +438,8 @@ void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, Liste
   read_duration(ctx, m.take("min_rate_grace"), m.sub("min_rate_grace"), l.min_rate_grace, Duration::zero(),
                 std::chrono::hours(1));
   read_uint(ctx, m.take("max_header_bytes"), m.sub("max_header_bytes"), l.max_header_bytes, 1024, 1u << 20);
+  read_duration(ctx, m.take("shed_backoff"), m.sub("shed_backoff"), l.shed_backoff, Duration::zero(),
+                std::chrono::seconds(10));
   read_uint(ctx, m.take("max_request_line"), m.sub("max_request_line"), l.max_request_line, 64, 1u << 20);
   read_uint(ctx, m.take("max_headers"), m.sub("max_headers"), l.max_headers, 8, 1000);
   read_criticality(ctx, m.take("criticality"), m.sub("criticality"), l.default_criticality);

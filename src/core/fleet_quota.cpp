@@ -279,6 +279,9 @@ bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now)
             ++resets_;
             for (auto& s : ring_) std::fill(s.pushed.begin(), s.pushed.end(), 0.0);
             std::fill(since_sent_.begin(), since_sent_.end(), false);
+            // Every instance needs two syncs in the new epoch (one to see
+            // it, one to push its window again) before the totals are whole.
+            settle_until_ms_ = created + 2 * (to_ms(cfg_.interval) + to_ms(cfg_.timeout));
           }
           epoch_ = r.str;
           epoch_created_ms_ = created;
@@ -388,6 +391,16 @@ bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now)
   // The view holds while syncs keep coming; a sync thread that stalled
   // (rather than failed) must not leave a stale view enforced for ever.
   valid_until_ = now + 2 * (cfg_.interval + cfg_.timeout);
+  if (wall < settle_until_ms_) {
+    // Redis lost the fleet's data and the instances are still pushing
+    // their windows again: these totals are short of the others' usage.
+    // Enforcing them would let every instance admit against too little
+    // remote usage at the same moment (a burst, then a stop once the
+    // windows are back: the simulator showed +50% for a second, then zero).
+    // The fallback limit holds until the data is whole.
+    if (state_ == SyncState::Synced) enter(SyncState::Fallback, now);
+    return true;
+  }
   enter(SyncState::Synced, now);
   return true;
 }

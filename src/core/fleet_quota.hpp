@@ -189,6 +189,9 @@ class FleetQuota {
   // The last good answer.
   std::string epoch_;                ///< "" before the first answer
   std::int64_t epoch_created_ms_ = 0;
+  /// After a reset: until this wall time the fleet's data is still being
+  /// pushed again, and the answers are not enforced (see complete()).
+  std::int64_t settle_until_ms_ = INT64_MIN;
   std::uint32_t fleet_size_ = 0;
   std::vector<double> remote_rate_;  ///< by field: others' CPU-s/s
   std::vector<double> fleet_rate_;   ///< by field: everyone's CPU-s/s

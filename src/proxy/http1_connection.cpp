@@ -1,7 +1,9 @@
 #include "proxy/http1_connection.hpp"
 
 #include <arpa/inet.h>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/beast/http/error.hpp>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -28,7 +30,37 @@ Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::A
   stream_.socket().non_blocking(true, ec);
 }
 
-Http1Connection::~Http1Connection() { w_.put_read_buffer(std::move(in_)); }
+Http1Connection::~Http1Connection() {
+  w_.put_read_buffer(std::move(in_));
+  l_.connections.fetch_sub(1, std::memory_order_relaxed);
+  w_.connections.fetch_sub(1, std::memory_order_relaxed);
+  l_.source_leave(peer_.address);
+}
+
+void Http1Connection::start(std::shared_ptr<Http1Connection> c) {
+  auto& ctx = c->w_.ctx;
+  asio::co_spawn(ctx, c->run(), [c](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      spdlog::error("connection: {}", ex.what());
+    }
+  });
+}
+
+void Http1Connection::rest() {
+  // Readable, or (TLS) decrypted bytes already held: the handler runs then.
+  stream_.wait_readable([self = shared_from_this()](error_code ec) {
+    if (ec || self->expiring_) {  // expired, drained, or the socket failed: close
+      self->unlink();
+      self->stream_.close();
+      return;
+    }
+    self->resumed_ = true;
+    start(self);
+  });
+}
 
 void Http1Connection::park() noexcept {
   parking_ = true;
@@ -52,7 +84,9 @@ std::pair<std::uint64_t, std::uint64_t> Http1Connection::take_bytes() noexcept {
 
 awaitable<void> Http1Connection::run() {
   auto self = shared_from_this();
-  if (l_.tls) {  // proxy/tls_context.cpp
+  // The handshake, once: run() starts again each time a rested connection
+  // becomes readable (rest()).
+  if (l_.tls && !stream_.tls()) {  // proxy/tls_context.cpp
     peer_.tls = true;
     if (!co_await accept_tls(stream_, *l_.tls, *w_.rt->metrics, w_.index, l_.index)) {
       stream_.close();
@@ -70,9 +104,11 @@ awaitable<void> Http1Connection::run() {
     if (!in_ || in_->empty()) {
       // A new connection waits for its first request without a buffer
       // (most send at once; one that sends nothing costs nothing).
-      const bool fresh = served_ == 0;
-      if (fresh) parked_ = true;
-      w_.idle(*this, l_, now(), fresh);
+      if (!resumed_) {
+        const bool fresh = served_ == 0;
+        if (fresh) parked_ = true;
+        w_.idle(*this, l_, now(), fresh);
+      }
       bool got = false;
       for (;;) {
         if (!parked_) {
@@ -93,8 +129,10 @@ awaitable<void> Http1Connection::run() {
           }
           break;  // closed, reset, idle timeout or drain
         }
-        auto [ec] = co_await stream_.wait_readable();
-        if (ec) break;
+        if (!std::exchange(resumed_, false)) {
+          rest();  // until readable, with no coroutine frame
+          co_return;
+        }
         in_ = w_.take_read_buffer();
         error_code rec;
         const std::size_t n = stream_.read_now(in_->prepare(), rec);
@@ -116,6 +154,16 @@ awaitable<void> Http1Connection::run() {
     ++served_;
     if (!keep) break;
     if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+    if (shed_run_ >= 2 && l_.cfg.shed_backoff > core::Duration::zero()) {
+      // Refused again and again: read this one less often, so that a flood
+      // of requests that are shed cannot take the worker from the ones
+      // being served (its answers already went out, with Retry-After).
+      const auto wait = std::min<core::Duration>(std::chrono::milliseconds(1L << std::min(shed_run_ - 2, 16u)),
+                                                 l_.cfg.shed_backoff);
+      Timer t(w_.ctx.get_executor(), wait);
+      co_await t.async_wait(nothrow);
+      if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+    }
   }
   if (linger_) co_await lingering_close();
   stream_.close();
@@ -225,6 +273,7 @@ awaitable<bool> Http1Connection::serve() {
     co_return false;
   }
   const bool ok = co_await ex.run();
+  shed_run_ = ex.rejected() ? shed_run_ + 1 : 0;
   co_return ok && keep_alive_ && !close_after_ && b_->req_parser->is_done();
 }
 

@@ -4,10 +4,12 @@
 // Downstream), and carries on while the connection may be reused.
 //
 // Between requests it holds no per-request scratch (taken from the
-// worker's pool when bytes arrive) and, once idle for a second, no read
-// buffer either: it waits for readability alone and borrows a buffer when
-// bytes come. What is left of an idle connection is this object, its
-// socket and one pending wait.
+// worker's pool when bytes arrive) and, once idle for 100 ms (and from the
+// start, before its first request), no read buffer and no coroutine
+// either: it waits for readability with a plain handler and starts run()
+// again when bytes come. What is left of an idle connection is this
+// object, its socket and one pending wait (about 700 bytes in all,
+// loadtest/idle_conns.py).
 #pragma once
 
 #include <memory>
@@ -33,6 +35,10 @@ class Http1Connection final : public Downstream,
   Http1Connection(Worker& w, Listener& l, Socket s, const core::Address& addr, std::uint16_t port);
   ~Http1Connection();
 
+  /// Runs the connection: requests in turn until it closes. Between
+  /// requests an idle connection may rest with no coroutine at all and
+  /// start again here when its client sends (rest()).
+  static void start(std::shared_ptr<Http1Connection> c);
   awaitable<void> run();
 
   // Downstream
@@ -62,6 +68,10 @@ class Http1Connection final : public Downstream,
   awaitable<HeadResult> read_head(core::Reason& why);
   awaitable<bool> write(const http::Buffers& bufs);
   awaitable<void> lingering_close();
+  /// Waits for the client's next bytes with a plain completion handler, so
+  /// that a parked connection holds no coroutine frame: this object, its
+  /// socket and one pending wait. start() runs it again when bytes come.
+  void rest();
   void watch_for_close(std::uint64_t gen);
   void format_client();
   /// When `bytes` more must have moved, at the listener's minimum rate.
@@ -80,6 +90,7 @@ class Http1Connection final : public Downstream,
   std::uint64_t rx_ = 0;
   std::uint64_t tx_ = 0;
   std::uint32_t served_ = 0;  ///< requests answered on this connection
+  std::uint32_t shed_run_ = 0;  ///< admission refusals in a row (listener shed_backoff)
   // The minimum data rate of an upload: its n-th byte must have arrived by
   // start + grace + n / min_rate. (A download's rate is checked per write.)
   core::TimePoint body_start_{};
@@ -93,6 +104,7 @@ class Http1Connection final : public Downstream,
   // The connection.
   bool linger_ = false;  ///< answered before the whole request was read: drain before closing
   bool parked_ = false;
+  bool resumed_ = false;  ///< run() restarted by rest(): the socket is readable
   bool parking_ = false;
   bool expiring_ = false;
 };

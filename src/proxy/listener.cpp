@@ -140,19 +140,9 @@ awaitable<void> accept_loop(Worker& w, Acceptor& a, Listener& l) {
     l.connections.fetch_add(1, std::memory_order_relaxed);
     w.connections.fetch_add(1, std::memory_order_relaxed);
     m.connections.inc(w.index, l.index);
-    auto c = std::make_shared<Http1Connection>(w, l, std::move(sock), addr, port);
-    asio::co_spawn(w.ctx, c->run(), [c, &w, &l, addr](std::exception_ptr e) {
-      l.connections.fetch_sub(1, std::memory_order_relaxed);
-      w.connections.fetch_sub(1, std::memory_order_relaxed);
-      l.source_leave(addr);
-      if (e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          spdlog::error("connection: {}", ex.what());
-        }
-      }
-    });
+    // The connection gives its place back when it is destroyed: it may
+    // rest between requests with no coroutine running (Http1Connection::rest).
+    Http1Connection::start(std::make_shared<Http1Connection>(w, l, std::move(sock), addr, port));
   }
 }
 

@@ -77,7 +77,12 @@ inline void Watchdog::arm(core::TimePoint d, Phase p, Target& t) {
   armed_at_ = d;
   armed_ = true;
   timer_.expires_at(to_steady(d));
-  timer_.async_wait([this, g = ++gen_](error_code) { fire(g); });
+  timer_.async_wait([this, g = ++gen_](error_code ec) {
+    // Aborted: superseded by expires_at, or the timer (and this watchdog,
+    // with the exchange scratch it lives in) was destroyed. Either way
+    // `this` must not be touched.
+    if (ec != asio::error::operation_aborted) fire(g);
+  });
 }
 
 inline void Watchdog::fire(std::uint64_t gen) {
@@ -88,7 +93,9 @@ inline void Watchdog::fire(std::uint64_t gen) {
     armed_at_ = deadline_;
     armed_ = true;
     timer_.expires_at(to_steady(deadline_));
-    timer_.async_wait([this, g = ++gen_](error_code) { fire(g); });
+    timer_.async_wait([this, g = ++gen_](error_code ec) {
+      if (ec != asio::error::operation_aborted) fire(g);  // as in arm()
+    });
     return;
   }
   expired_ = true;

@@ -19,9 +19,11 @@
 namespace levee::proxy {
 
 namespace {
-/// An idle connection keeps its read buffer this long (a keep-alive client
-/// between quick requests reuses it); after that it parks without one.
-constexpr core::Duration kParkAfter = std::chrono::seconds(1);
+/// An idle connection keeps its read buffer and its coroutine this long (a
+/// keep-alive client between quick requests reuses them); after that it
+/// parks without either. Short, so that a burst of requests on many
+/// connections that then go quiet does not leave a buffer for each.
+constexpr core::Duration kParkAfter = std::chrono::milliseconds(100);
 /// Upstream waits longer than this get a watch on their client.
 constexpr core::Duration kWatchAfter = std::chrono::milliseconds(10);
 constexpr core::Duration kSweepInterval = std::chrono::milliseconds(10);

@@ -342,10 +342,13 @@ void FleetSync::sync_once() {
       record_error(SyncError::Reply, link_.peer() + ": " + what);
     }
     if (stale_master) link_.close();
-    if (fleet_.resets() != resets)
+    if (fleet_.resets() != resets) {
       spdlog::warn("quota sync: {} does not hold the fleet's data any more (restarted empty or failed over): "
                    "pushing this instance's window again",
                    link_.peer());
+      // The core holds the fallback limit until every instance has pushed again.
+      last_error_ = link_.peer() + ": lost the fleet's data; waiting for the windows to be pushed again";
+    }
   }
   publish();
 }

@@ -4,107 +4,117 @@
 
 namespace levee::sim {
 
-std::uint32_t RedisModel::exec(TimePoint t, std::uint32_t instance, Duration ttl, const std::vector<double>& deltas,
-                               std::vector<double>& totals) {
-  ++syncs_;
-  if (totals_.size() < deltas.size()) totals_.resize(deltas.size(), 0.0);
-  for (std::size_t f = 0; f < deltas.size(); ++f) totals_[f] += deltas[f];
-  if (members_.size() <= instance) {
-    members_.resize(instance + 1);
-    seen_.resize(instance + 1, false);
-  }
-  members_[instance] = t;
-  seen_[instance] = true;
-  std::uint32_t live = 0;
-  for (std::size_t i = 0; i < members_.size(); ++i) live += seen_[i] && t - members_[i] < ttl;
-  totals.assign(totals_.begin(), totals_.begin() + static_cast<std::ptrdiff_t>(deltas.size()));
-  return live;
-}
+namespace {
+// Which failure a timer or a reply stands for (the event's slot).
+constexpr std::uint32_t kAsTimeout = 0, kAsConnect = 1;
+}  // namespace
 
-FleetSync::FleetSync(Engine& e, RedisModel& r, FleetSyncConfig cfg, std::uint32_t instance, std::size_t fields,
-                     std::function<void(std::size_t, double)> remote)
+FleetSync::FleetSync(Engine& e, RedisModel& r, FleetSyncConfig cfg, core::FleetLayout layout, Hooks hooks)
     : e_(e),
       redis_(r),
-      cfg_(cfg),
-      instance_(instance),
-      remote_(std::move(remote)),
-      unpushed_(fields, 0.0),
-      in_flight_(fields, 0.0),
-      last_totals_(fields, 0.0) {}
+      cfg_(std::move(cfg)),
+      clusters_(layout.clusters.size()),
+      tenants_(layout.tenants.size()),
+      hooks_(std::move(hooks)),
+      fleet_(cfg_.core, std::move(layout), e.now()) {
+  publish();  // Starting: the fallback limit until the first answer
+}
 
 void FleetSync::start(double phase) {
-  // Instances start at different moments: their syncs are not in step.
-  fallback_since_ = e_.now();
-  e_.after(core::from_seconds(core::to_seconds(cfg_.interval) * phase), this, kSync);
+  e_.after(core::from_seconds(core::to_seconds(cfg_.core.interval) * phase), this, kSync);
 }
 
-double FleetSync::divisor() const noexcept {
-  if (cfg_.max_instances > 0) return cfg_.max_instances;
-  return std::max<std::uint32_t>(1, fleet_size_);
-}
-
-Duration FleetSync::time_in_fallback(TimePoint now) const noexcept {
-  return fallback_total_ + (state_ == SyncState::Synced ? Duration::zero() : now - fallback_since_);
-}
-
-void FleetSync::enter(SyncState s) {
-  if (s == state_) return;
-  const TimePoint now = e_.now();
-  if (state_ != SyncState::Synced) fallback_total_ += now - fallback_since_;
-  if (s != SyncState::Synced) fallback_since_ = now;
-  state_ = s;
-}
-
-void FleetSync::fail() {
-  ++failures_;
-  busy_ = false;
-  // Keep what did not get through: it goes with the next sync. What did get
-  // through (an answer slower than the timeout) is ours in the totals.
-  for (std::size_t f = 0; f < unpushed_.size(); ++f) {
-    if (applied_) last_totals_[f] += in_flight_[f];
-    else unpushed_[f] += in_flight_[f];
+void FleetSync::publish() {
+  for (std::size_t c = 0; c < clusters_; ++c) {
+    fleet_.view(c, view_);
+    hooks_.apply(c, view_);  // swaps: view_ holds the previous view afterwards
   }
-  std::fill(in_flight_.begin(), in_flight_.end(), 0.0);
-  enter(state_ == SyncState::Starting ? SyncState::Starting : SyncState::Fallback);
 }
 
-void FleetSync::fire(std::uint32_t kind, std::uint32_t, std::uint32_t gen) {
+void FleetSync::send() {
+  // The pipeline's own deadline starts once connected (the shell's order).
+  ++seq_;
+  commands_ += cmds_->size();
+  e_.after(cfg_.latency, this, kArrive, 0, seq_);
+  e_.after(cfg_.core.timeout, this, kTimeout, kAsTimeout, seq_);
+}
+
+void FleetSync::done(bool ok, core::SyncError err) {
+  const TimePoint now = e_.now();
+  busy_ = false;
+  ++seq_;  // whatever is still on its way for this sync is stale
+  ++syncs_;
+  if (ok) {
+    if (!fleet_.complete(replies_, now)) ++failures_;  // an unexpected answer: Fallback, the link stays
+  } else {
+    ++failures_;
+    connected_ = false;  // the shell closes the link after any failure
+    fleet_.fail(err, now);
+  }
+  publish();
+  // A slow sync delays the next one; it never makes two in a row.
+  e_.at(std::max(started_ + cfg_.core.interval, now), this, kSync);
+}
+
+void FleetSync::fire(std::uint32_t kind, std::uint32_t slot, std::uint32_t gen) {
+  const TimePoint now = e_.now();
   switch (kind) {
-    case kSync:
-      e_.after(cfg_.interval, this, kSync);
-      if (busy_) return;  // the previous sync is still out
+    case kSync: {
+      if (busy_) return;
       busy_ = true;
-      applied_ = false;
-      ++seq_;
-      in_flight_.swap(unpushed_);
-      std::fill(unpushed_.begin(), unpushed_.end(), 0.0);
-      e_.after(cfg_.latency, this, kArrive, 0, seq_);
-      e_.after(cfg_.timeout, this, kTimeout, 0, seq_);
-      return;
-    case kArrive:
-      if (gen != seq_ || !busy_) return;
-      if (!redis_.up(e_.now())) return;  // no answer: the timeout decides
-      fleet_size_ = redis_.exec(e_.now(), instance_, cfg_.member_ttl, in_flight_, reply_);
-      applied_ = true;
-      e_.after(cfg_.latency, this, kReply, 0, seq_);
-      return;
-    case kReply: {
-      if (gen != seq_ || !busy_) return;
-      busy_ = false;
-      // What the others added since our last read.
-      for (std::size_t f = 0; f < reply_.size(); ++f) {
-        const double d = reply_[f] - last_totals_[f] - in_flight_[f];
-        last_totals_[f] = reply_[f];
-        if (d > 1e-12) remote_(f, d);
+      started_ = now;
+      const std::int64_t wall = wall_ms(now);
+      for (std::size_t c = 0; c < clusters_; ++c) {
+        deltas_.assign(tenants_, PerCriticality{});
+        hooks_.take(c, deltas_);
+        fleet_.add_local(c, deltas_, wall);
       }
-      std::fill(in_flight_.begin(), in_flight_.end(), 0.0);
-      enter(SyncState::Synced);
+      cmds_ = &fleet_.prepare(wall);
+      if (connected_) {
+        send();
+        return;
+      }
+      ++seq_;
+      e_.after(cfg_.latency, this, kConnectArrive, 0, seq_);
+      e_.after(cfg_.connect_timeout, this, kTimeout, kAsConnect, seq_);
       return;
     }
+    case kConnectArrive: {
+      if (gen != seq_) return;
+      const auto* o = redis_.outage(now);
+      if (o != nullptr && o->mode == RedisModel::OutageMode::Hang) return;  // connect_timeout decides
+      const bool refused = o != nullptr;
+      if (!refused) conn_gen_ = redis_.generation(now);
+      e_.after(cfg_.latency, this, kConnected, refused ? kAsConnect : 0, seq_);
+      return;
+    }
+    case kConnected:
+      if (gen != seq_) return;
+      if (slot == kAsConnect) return done(false, core::SyncError::Connect);
+      connected_ = true;
+      send();
+      return;
+    case kArrive: {
+      if (gen != seq_) return;
+      const auto* o = redis_.outage(now);
+      if (o != nullptr && o->mode == RedisModel::OutageMode::Hang) return;  // the timeout decides
+      if (o != nullptr || redis_.generation(now) != conn_gen_) {
+        // The process is gone, or it restarted since this connection
+        // opened: the connection is reset.
+        e_.after(cfg_.latency, this, kReply, kAsConnect, seq_);
+        return;
+      }
+      redis_.exec(now, *cmds_, replies_);
+      e_.after(cfg_.latency, this, kReply, 0, seq_);
+      return;
+    }
+    case kReply:
+      if (gen != seq_) return;
+      if (slot == kAsConnect) return done(false, core::SyncError::Connect);
+      return done(true, core::SyncError::Reply);
     case kTimeout:
       if (gen != seq_ || !busy_) return;
-      fail();
-      return;
+      return done(false, slot == kAsConnect ? core::SyncError::Connect : core::SyncError::Timeout);
   }
 }
 

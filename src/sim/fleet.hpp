@@ -1,107 +1,100 @@
-// Fleet quotas in the simulator: many levee instances sharing tenant usage
-// through a modelled Redis, with a sync interval, a round-trip latency and
-// outage windows.
+// Fleet quotas in the simulator: the real sync logic (core::FleetQuota,
+// issue 16) driven against the modelled Redis (sim/redis.hpp) in simulated
+// time, the way src/quota/fleet_sync.cpp drives it against a real one:
 //
-// The real sync logic (issue 16, core/fleet_quota.hpp) is not on this
-// branch yet. Until it is, FleetSync is the model of it that the simulator
-// plugs in, behind the interface the real one will sit behind:
-//   - every `interval` an instance pushes the usage it recorded since its
-//     last good sync and reads back the fleet's totals; what the others
-//     added since its last read is recorded into its own tenant-quota
-//     window (so the quota gate compares the fleet's usage, up to one sync
-//     interval and one round trip stale, with the quota);
-//   - a sync that gets no answer within `timeout` (Redis down, or slower
-//     than the timeout) puts the instance in fallback, where its local
-//     usage counts `divisor` times: the same as comparing it with
-//     quota / max_instances (or / the last known fleet size), which is the
-//     design's conservative local limit; unpushed usage is kept and pushed
-//     at the next good sync.
-// Known difference from the real logic, to go when it is plugged in: usage
-// recorded while in fallback stays scaled in the local window until it
-// ages out (tenants.window), so enforcement is stricter than needed for one
-// window after Redis comes back.
+//   every interval (a slow sync delays the next, never two at once):
+//     per cluster: TenantQuota::take_recorded -> FleetQuota::add_local
+//     FleetQuota::prepare -> the pipeline travels `latency` to Redis, runs
+//     there at its arrival, and the replies travel `latency` back ->
+//     FleetQuota::complete; no answer within `timeout` -> fail(Timeout)
+//     per cluster: FleetQuota::view -> TenantQuota::set_fleet_view
+//
+// As the shell does, a failed sync closes the connection, and the next one
+// connects first (one more round trip, within connect_timeout); a refusing
+// Redis fails a connect after one round trip, a hanging one at
+// connect_timeout; a Redis that restarted resets the connections opened
+// before. The wall clock the core needs (bucket numbers, registrations) is
+// kWallEpochMs plus simulated time, the same for every instance. Not
+// modelled: AUTH/SELECT round trips, Sentinel, Cluster redirections, TLS.
 #pragma once
 
 #include <functional>
 #include <vector>
 
+#include "core/fleet_quota.hpp"
+#include "core/tenant_quota.hpp"
 #include "sim/engine.hpp"
+#include "sim/redis.hpp"
 
 namespace levee::sim {
 
+/// Simulated time zero on the shared wall clock (Unix ms; a whole second).
+inline constexpr std::int64_t kWallEpochMs = 1'700'000'000'000;
+inline std::int64_t wall_ms(TimePoint t) {
+  return kWallEpochMs + std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
 struct FleetSyncConfig {
-  Duration interval = std::chrono::milliseconds(200);
+  /// The core's: interval, bucket, window, timeout, member_ttl,
+  /// max_instances, key_prefix, fleet, instance_id.
+  core::FleetQuotaConfig core;
   Duration latency = std::chrono::microseconds(500);  ///< one way, instance to Redis
-  Duration timeout = std::chrono::milliseconds(100);
-  std::uint32_t max_instances = 0;  ///< fallback divisor; 0: the last known fleet size
-  Duration member_ttl = std::chrono::seconds(2);
+  Duration connect_timeout = std::chrono::milliseconds(200);
 };
 
-/// The shared store: running totals per field, members by last sync, and
-/// the windows when it does not answer.
-class RedisModel {
- public:
-  void add_outage(TimePoint from, TimePoint to) { outages_.emplace_back(from, to); }
-  bool up(TimePoint t) const noexcept {
-    for (const auto& [a, b] : outages_)
-      if (t >= a && t < b) return false;
-    return true;
-  }
-  /// One sync arriving at t: adds deltas, registers the instance, and
-  /// returns the totals and the number of live members.
-  std::uint32_t exec(TimePoint t, std::uint32_t instance, Duration ttl, const std::vector<double>& deltas,
-                     std::vector<double>& totals);
-  std::uint64_t syncs() const noexcept { return syncs_; }
-
- private:
-  std::vector<std::pair<TimePoint, TimePoint>> outages_;
-  std::vector<double> totals_;
-  std::vector<TimePoint> members_;  ///< by instance: last sync (TimePoint{} never)
-  std::vector<bool> seen_;
-  std::uint64_t syncs_ = 0;
-};
-
-enum class SyncState : std::uint8_t { Starting, Synced, Fallback };
-
-/// One instance's side of the sync.
+/// One instance's sync: src/quota/fleet_sync.cpp with the modelled Redis.
 class FleetSync final : public Handler {
  public:
-  /// remote(field, cpu_seconds): usage the rest of the fleet added, to be
-  /// recorded into the instance's quota window.
-  FleetSync(Engine& e, RedisModel& r, FleetSyncConfig cfg, std::uint32_t instance, std::size_t fields,
-            std::function<void(std::size_t, double)> remote);
+  using PerCriticality = core::TenantQuota::PerCriticality;
+  struct Hooks {
+    /// Adds cluster c's usage since the last call to out (TenantQuota::take_recorded).
+    std::function<void(std::size_t c, std::vector<PerCriticality>& out)> take;
+    /// Installs a view in cluster c's gate, swapping (TenantQuota::set_fleet_view).
+    std::function<void(std::size_t c, core::TenantQuota::FleetView& v)> apply;
+  };
 
-  /// phase in [0,1): where in its interval this instance's syncs fall.
+  /// Applies the start-up view (the fallback limit until the first answer)
+  /// to every cluster, as the shell's constructor does.
+  FleetSync(Engine& e, RedisModel& r, FleetSyncConfig cfg, core::FleetLayout layout, Hooks hooks);
+
+  /// phase in [0,1): where in its interval this instance's first sync falls
+  /// (instances do not start at the same moment).
   void start(double phase);
-  void add_local(std::size_t field, double cpu_seconds) { unpushed_[field] += cpu_seconds; }
-  SyncState state() const noexcept { return state_; }
-  /// How many times local usage counts while not synced.
-  double divisor() const noexcept;
-  std::uint32_t fleet_size() const noexcept { return fleet_size_; }
-  Duration time_in_fallback(TimePoint now) const noexcept;
+
+  const core::FleetQuota& quota() const noexcept { return fleet_; }
+  core::SyncState state() const noexcept { return fleet_.state(); }
+  Duration time_in_fallback(TimePoint now) const noexcept { return fleet_.time_in_fallback(now); }
+  std::uint64_t syncs() const noexcept { return syncs_; }
   std::uint64_t failures() const noexcept { return failures_; }
+  std::uint64_t commands_sent() const noexcept { return commands_; }
 
   void fire(std::uint32_t kind, std::uint32_t slot, std::uint32_t gen) override;
 
  private:
-  enum Kind : std::uint32_t { kSync, kArrive, kReply, kTimeout };
-  void enter(SyncState s);
-  void fail();
+  enum Kind : std::uint32_t { kSync, kConnectArrive, kConnected, kArrive, kReply, kTimeout };
+  void send();
+  void done(bool ok, core::SyncError e);
+  void publish();
 
   Engine& e_;
   RedisModel& redis_;
   FleetSyncConfig cfg_;
-  std::uint32_t instance_;
-  std::function<void(std::size_t, double)> remote_;
-  std::vector<double> unpushed_, in_flight_, last_totals_, reply_;
-  std::uint32_t seq_ = 0;
+  std::size_t clusters_;
+  std::size_t tenants_;
+  Hooks hooks_;
+  core::FleetQuota fleet_;
+  std::vector<PerCriticality> deltas_;
+  core::TenantQuota::FleetView view_;
+  std::vector<core::RedisReply> replies_;
+  const std::vector<core::RedisCommand>* cmds_ = nullptr;
+
+  bool connected_ = false;
+  std::uint32_t conn_gen_ = 0;  ///< Redis's generation when this connection opened
   bool busy_ = false;
-  bool applied_ = false;  ///< the sync in flight reached Redis
-  SyncState state_ = SyncState::Starting;
-  std::uint32_t fleet_size_ = 0;
-  TimePoint fallback_since_{};
-  Duration fallback_total_{};
-  std::uint64_t failures_ = 0;
+  bool refused_ = false;        ///< the attempt in flight was refused or reset
+  std::uint32_t seq_ = 0;       ///< the attempt in flight; stale events carry an older one
+  TimePoint started_{};         ///< of the sync in flight
+  std::uint64_t syncs_ = 0, failures_ = 0, commands_ = 0;
 };
 
 }  // namespace levee::sim

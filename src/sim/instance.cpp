@@ -107,14 +107,17 @@ Instance::Instance(Engine& e, Wire& w, const InstanceGroupConfig& g, std::uint32
   workers_ = g.cpu.workers ? g.cpu.workers : (cfg.workers ? cfg.workers : 1);
   sample_interval_ = cfg.self_protection.sample_interval;
   if (redis != nullptr && g.fleet) {
-    const std::size_t fields = clusters_.size() * tenants_.size() * core::kCriticalityCount;
-    fleet_ = std::make_unique<FleetSync>(e, *redis, *g.fleet, index, fields, [this](std::size_t f, double d) {
-      const std::size_t crit = f % core::kCriticalityCount;
-      const std::size_t rest = f / core::kCriticalityCount;
-      const auto tenant = static_cast<core::TenantId>(rest % tenants_.size());
-      const std::size_t c = rest / tenants_.size();
-      clusters_[c]->adm.quota().record(tenant, core::criticality_from_index(crit), d, e_.now());
-    });
+    // As control/server.cpp wires quota::FleetSync: the layout by name, and
+    // two hooks onto each cluster's quota gate (Cluster::take_quota_usage,
+    // Cluster::set_fleet_view).
+    core::FleetLayout layout{{}, tenants_.names()};
+    for (const auto& cl : cfg.clusters) layout.clusters.push_back(cl.name);
+    FleetSyncConfig fc = *g.fleet;
+    fc.core.instance_id = g.name + "-" + std::to_string(index);
+    fleet_ = std::make_unique<FleetSync>(
+        e, *redis, std::move(fc), std::move(layout),
+        FleetSync::Hooks{[this](std::size_t c, auto& out) { clusters_[c]->adm.quota().take_recorded(out); },
+                         [this](std::size_t c, auto& v) { clusters_[c]->adm.quota().set_fleet_view(v); }});
   }
 }
 
@@ -424,17 +427,6 @@ void Instance::report(std::uint32_t i, core::Answer a, bool failure, std::option
   c.adm.on_attempt(rep);
   if (latency) c.eps.on_response(x.ep, now, *latency, rep.utilization);
   if (c.eps.on_result(x.ep, now, !failure)) weights_changed(c);
-  if (fleet_ && rep.cost && *rep.cost > 0) {
-    const std::size_t t = x.cls.tenant < tenants_.size() ? x.cls.tenant : 0;
-    const std::size_t field = (x.cluster * tenants_.size() + t) * core::kCriticalityCount + core::index(x.cls.criticality);
-    fleet_->add_local(field, *rep.cost);
-    // Not synced: local usage counts as if every instance used as much
-    // (quota / fleet size, the design's conservative local limit).
-    if (fleet_->state() != SyncState::Synced) {
-      const double extra = *rep.cost * (fleet_->divisor() - 1.0);
-      if (extra > 0) c.adm.quota().record(x.cls.tenant, x.cls.criticality, extra, now);
-    }
-  }
 }
 
 void Instance::relay(std::uint32_t i, const Reply& r) {

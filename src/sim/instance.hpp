@@ -13,6 +13,9 @@
 //   -> release with the latency sample (Permit::finish) or without
 //   -> every 100 ms: EndpointSet::refresh, set_limit_scale, Admission::tick
 //      (LoadSampler::tick); active health checks as HealthChecker does.
+//   -> with fleet quotas: the real sync (sim/fleet.hpp) wired to every
+//      cluster's quota gate as control/server.cpp wires quota::FleetSync
+//      (take_recorded / set_fleet_view).
 //
 // Not modelled: connection pools (no stale connections), request bodies
 // (every request is replayable), the batch fuse, degraded responses.

@@ -253,14 +253,37 @@ ScenarioResult load_scenario_string(const std::string& text, const std::string& 
         g.cpu.reject = cm.dur("reject", g.cpu.reject);
         if (g.cpu.reject > g.cpu.request) c.error(cm.sub("reject"), "must not exceed cpu.request");
       }
-      if (auto f = l.take("fleet"); f.IsDefined() && !f.IsNull()) {
-        Map fm(c, f, l.sub("fleet"));
+      // The fleet quota sync: on with a `fleet` key here, or with the
+      // proxy config's quota_sync.enabled; the proxy config's quota_sync
+      // gives the defaults, the keys here override them.
+      if (auto f = l.take("fleet"); (f.IsDefined() && !f.IsNull()) || (g.cfg && g.cfg->quota_sync.enabled)) {
+        const config::QuotaSyncConfig q = g.cfg ? g.cfg->quota_sync : config::QuotaSyncConfig{};
+        const std::string fp = l.sub("fleet");
+        const bool timeout_given = f.IsMap() && f["timeout"].IsDefined();
+        const bool ttl_given = f.IsMap() && f["member_ttl"].IsDefined();
+        Map fm(c, f, fp);
         FleetSyncConfig fc;
-        fc.interval = fm.dur("interval", fc.interval);
+        auto& k = fc.core;
+        k.interval = fm.dur("interval", q.interval);
+        k.bucket = fm.dur("bucket", q.bucket);
+        k.timeout = fm.dur("timeout", q.redis.timeout);
+        k.member_ttl = fm.dur("member_ttl", q.member_ttl);
+        k.max_instances = static_cast<std::uint32_t>(fm.num("max_instances", q.max_instances, 0, 1e6));
+        k.key_prefix = q.key_prefix;
+        // Each group is a fleet of its own (its hash tag) unless the proxy
+        // config names one.
+        k.fleet = q.fleet != "default" ? q.fleet : g.name;
         fc.latency = fm.dur("latency", fc.latency);
-        fc.timeout = fm.dur("timeout", fc.timeout);
-        fc.max_instances = static_cast<std::uint32_t>(fm.num("max_instances", 0, 0, 1e6));
-        fc.member_ttl = fm.dur("member_ttl", fc.member_ttl);
+        fc.connect_timeout = fm.dur("connect_timeout", q.redis.connect_timeout);
+        if (g.cfg) k.window = g.cfg->tenants.window;
+        if (k.interval < std::chrono::milliseconds(1)) c.error(fp + ".interval", "must be at least 1ms");
+        if (k.bucket < std::chrono::milliseconds(1) || k.bucket > k.window)
+          c.error(fp + ".bucket", "must be between 1ms and tenants.window");
+        // The proxy's rules (config/loader.cpp); defaults follow the interval.
+        if (!timeout_given) k.timeout = std::min(k.timeout, k.interval);
+        else if (k.timeout > k.interval) c.error(fp + ".timeout", "must not exceed interval");
+        if (!ttl_given) k.member_ttl = std::max(k.member_ttl, 3 * k.interval);
+        else if (k.member_ttl < 3 * k.interval) c.error(fp + ".member_ttl", "must be at least 3 x interval");
         g.fleet = fc;
       }
       s.levee.push_back(std::move(g));
@@ -270,7 +293,15 @@ ScenarioResult load_scenario_string(const std::string& text, const std::string& 
       auto outs = r.take("outages");
       for (std::size_t i = 0; outs.IsSequence() && i < outs.size(); ++i) {
         Map o(c, outs[i], at("redis.outages", i));
-        s.redis_outages.emplace_back(o.dur("from", Duration::zero()), o.dur("to", Duration::zero()));
+        RedisOutageSpec spec;
+        spec.from = o.dur("from", Duration::zero());
+        spec.to = o.dur("to", Duration::zero());
+        const std::string mode = o.str("mode", "hang");
+        if (mode == "refuse") spec.mode = RedisModel::OutageMode::Refuse;
+        else if (mode != "hang") c.error(o.sub("mode"), "must be hang or refuse");
+        spec.flush = o.flag("flush", false);
+        if (spec.to < spec.from) c.error(o.sub("to"), "must not be before from");
+        s.redis_outages.push_back(spec);
       }
     }
     auto clients = m.take("clients");

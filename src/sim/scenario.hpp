@@ -20,8 +20,9 @@
 //       # config_inline: {...}       # or the same YAML inline
 //       targets: {app: app}          # cluster -> group whose instances are its endpoints
 //       cpu: {workers: 1, request: 10us, reject: 4us}
-//       fleet: {interval: 200ms, latency: 500us, timeout: 100ms, max_instances: 0}
-//   redis: {outages: [{from: 10s, to: 20s}]}
+//       fleet: {interval: 200ms, latency: 500us, timeout: 100ms, max_instances: 0,
+//               bucket: 1s, member_ttl: 2s, connect_timeout: 200ms}   # defaults: the config's quota_sync
+//   redis: {outages: [{from: 10s, to: 20s, mode: hang, flush: false}]}   # mode: hang or refuse
 //   clients:
 //     - name: users
 //       count: 1                     # clients; each sticks to one instance of the target
@@ -63,6 +64,12 @@ struct EventSpec {
   std::uint16_t status = 503;
 };
 
+struct RedisOutageSpec {
+  Duration from{}, to{};
+  RedisModel::OutageMode mode = RedisModel::OutageMode::Hang;
+  bool flush = false;  ///< comes back empty
+};
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -78,7 +85,7 @@ struct Scenario {
   std::vector<ClientGroupConfig> clients;
   std::vector<std::string> client_targets;  ///< by client group
   std::vector<std::string> downstream_targets;  ///< by backend group ("" when none)
-  std::vector<std::pair<Duration, Duration>> redis_outages;
+  std::vector<RedisOutageSpec> redis_outages;
   std::vector<EventSpec> events;
 };
 

@@ -5,7 +5,7 @@
 namespace levee::sim {
 
 World::World(const Scenario& s) : s_(s), e_(s.seed), wire_(e_, s.network) {
-  for (const auto& [from, to] : s.redis_outages) redis_.add_outage(TimePoint{} + from, TimePoint{} + to);
+  for (const auto& o : s.redis_outages) redis_.add_outage({TimePoint{} + o.from, TimePoint{} + o.to, o.mode, o.flush});
   for (const auto& b : s.backends) {
     auto& v = backends_[b.name];
     for (std::uint32_t i = 0; i < b.instances; ++i) {
@@ -202,7 +202,7 @@ std::vector<NodeSeries> World::nodes() const {
     n.name = g.name;
     n.kind = "levee";
     Instance::Counters t;
-    double fallback_s = 0, max_load = 0;
+    double fallback_s = 0, max_load = 0, sync_commands = 0, sync_failures = 0;
     double limit_min = 1e18, limit_max = 0, adm_min = 1e18, adm_max = 0;
     for (const auto& in : instances_.at(g.name)) {
       add(n.received, in->received_by_second);
@@ -214,7 +214,11 @@ std::vector<NodeSeries> World::nodes() const {
       t.retries += c.retries;
       t.ok += c.ok;
       for (std::size_t r = 0; r < core::kReasonCount; ++r) t.answers[r] += c.answers[r];
-      if (const auto* f = in->fleet()) fallback_s += core::to_seconds(f->time_in_fallback(e_.now()));
+      if (const auto* f = in->fleet()) {
+        fallback_s += core::to_seconds(f->time_in_fallback(e_.now()));
+        sync_commands += static_cast<double>(f->commands_sent());
+        sync_failures += static_cast<double>(f->failures());
+      }
       max_load = std::max(max_load, in->executor_load());
       // Cluster 0's limit at the end, and how evenly the instances admitted.
       const double lim = in->limit(0);
@@ -228,7 +232,11 @@ std::vector<NodeSeries> World::nodes() const {
                 {"ok", static_cast<double>(t.ok)}};
     for (std::size_t r = 1; r < core::kReasonCount; ++r)
       if (t.answers[r]) n.totals[std::string(core::to_string(static_cast<core::Reason>(r)))] = static_cast<double>(t.answers[r]);
-    if (g.fleet) n.totals["fallback_seconds"] = fallback_s;
+    if (g.fleet) {
+      n.totals["fallback_seconds"] = fallback_s;
+      n.totals["sync_commands"] = sync_commands;
+      n.totals["sync_failures"] = sync_failures;
+    }
     n.totals["limit_min"] = limit_min;
     n.totals["limit_max"] = limit_max;
     n.totals["admitted_min"] = adm_min;

@@ -11,7 +11,7 @@
 
 #include "sim/backend.hpp"
 #include "sim/clients.hpp"
-#include "sim/fleet.hpp"
+#include "sim/redis.hpp"
 #include "sim/instance.hpp"
 #include "sim/output.hpp"
 #include "sim/scenario.hpp"

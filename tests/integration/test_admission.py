@@ -1,4 +1,5 @@
 """The admission pipeline in front of a fixed-capacity backend (issue 4)."""
+import http.client
 import socket
 import threading
 import time
@@ -224,6 +225,39 @@ class SelfProtection(unittest.TestCase):
         for _ in range(20):
             self.assertEqual(lv.request("GET", "/", headers={"x-criticality": "CRITICAL_PLUS"})[0], 200)
         self.assertGreater(lv.metric("levee_rejected_total", reason="executor_overload", criticality="SHEDDABLE"), 0)
+
+    def test_a_connection_refused_again_and_again_is_read_less_often(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])], extra={"self_protection": {
+            "time_constant": "20ms", "sample_interval": "1ms",
+            "thresholds": {"SHEDDABLE": 0.0, "SHEDDABLE_PLUS": 50, "CRITICAL": 50, "CRITICAL_PLUS": 50}}})
+        wait_until(lambda: lv.request("GET", "/", headers={"x-criticality": "SHEDDABLE"})[0] == 503,
+                   what="SHEDDABLE shed")
+        c = http.client.HTTPConnection("127.0.0.1", lv.port, timeout=10)
+        self.addCleanup(c.close)
+
+        def timed(criticality, n):
+            t0 = time.monotonic()
+            statuses = []
+            for _ in range(n):
+                c.request("GET", "/", headers={"x-criticality": criticality})
+                r = c.getresponse()
+                r.read()
+                statuses.append(r.status)
+            return time.monotonic() - t0, statuses
+
+        shed, statuses = timed("SHEDDABLE", 10)
+        self.assertEqual(statuses, [503] * 10)
+        # From the second refusal in a row the next request is read 1, 2, 4,
+        # ... ms later, up to shed_backoff (100 ms): 1+2+...+64+100 ms before
+        # requests 3 to 10 (timers never fire early).
+        self.assertGreaterEqual(shed, 0.227)
+        # One admitted request clears it: ten more are not held 100 ms each
+        # (that would be a second).
+        self.assertEqual(timed("CRITICAL_PLUS", 1)[1], [200])
+        served, statuses = timed("CRITICAL_PLUS", 10)
+        self.assertEqual(statuses, [200] * 10)
+        self.assertLess(served, 0.5)
 
 
 if __name__ == "__main__":

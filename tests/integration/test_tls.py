@@ -116,6 +116,26 @@ class TlsTermination(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split("\n")[:2], ["200 1", "200 0"])
 
+    def test_a_kept_alive_connection_idle_past_parking_serves_again(self):
+        # levee parks a connection idle for 100 ms (frees its buffers, and its
+        # coroutine rests until the socket is readable); the TLS session must
+        # survive that without a second handshake.
+        import http.client
+        import ssl
+        lv = self.levee({"certificate": self.cert, "key": self.key})
+        ctx = ssl.create_default_context(cafile=self.pki.ca)
+        c = http.client.HTTPSConnection("127.0.0.1", lv.port, context=ctx, timeout=10)
+        c._context.check_hostname = False  # the certificate names www.test, we dial the address
+        for i in range(3):
+            if i:
+                time.sleep(0.3)  # the idle spell under test, not a synchronisation
+            c.request("GET", "/", headers={"Host": "www.test"})
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+        c.close()
+        self.assertEqual(lv.metric("levee_tls_handshakes_total", result="full"), 1)
+
     def test_cleartext_on_a_tls_listener_gets_no_http_answer(self):
         lv = self.levee({"certificate": self.cert, "key": self.key})
         with socket.create_connection(("127.0.0.1", lv.port), timeout=5) as s:

@@ -384,3 +384,25 @@ TEST_CASE("closed loop: the peak window sum stays under the documented bound", "
         CHECK(r.peak <= peak_bound(p));
       }
 }
+
+TEST_CASE("Redis restarted empty: the first answers are not enforced until the windows are back", "[fleet]") {
+  RedisModel redis;
+  SimClock clk;
+  Instance a("a", clk.now), b("b", clk.now);
+  run({&a, &b}, redis, clk, 12, 1.0);
+  REQUIRE(a.fleet.state() == SyncState::Synced);
+  redis.flush();
+  // a sees the new epoch first; b has not pushed its window again, so the
+  // totals are short of b's usage: a falls back instead of enforcing them.
+  clk.advance(100ms);
+  REQUIRE(a.sync(redis, clk.now));
+  CHECK(a.fleet.resets() == 1);
+  CHECK(a.fleet.state() == SyncState::Fallback);
+  CHECK_FALSE(a.view.synced);
+  CHECK(a.view.remote_at_least[kHeavy][index(Criticality::Critical)] < 0.5);
+  // Two syncs of everyone's later (2 x (interval + timeout)), the data is whole.
+  run({&a, &b}, redis, clk, 0.6, 1.0);
+  CHECK(a.fleet.state() == SyncState::Synced);
+  CHECK(b.fleet.state() == SyncState::Synced);
+  CHECK_THAT(a.view.remote_at_least[kHeavy][index(Criticality::Critical)], WithinRel(1.0, 0.1));
+}

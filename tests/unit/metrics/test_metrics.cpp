@@ -24,9 +24,14 @@ constexpr std::uint64_t kPerWriter = 200000;
 TEST_CASE("counters written by every worker and scraped meanwhile lose nothing", "[metrics]") {
   CounterTable t("levee_test_total", "test", {Dimension("reason", {"a", "b", "c"})}, kWriters);
   std::atomic<bool> done{false};
+  // The writers start once the scraper runs, and it scrapes at least once
+  // more after they finish: on a busy machine the writers could otherwise
+  // be done before the scraper thread is scheduled at all.
+  std::atomic<bool> scraping{false};
   std::vector<std::thread> writers;
   for (std::size_t w = 0; w < kWriters; ++w) {
-    writers.emplace_back([&t, w] {
+    writers.emplace_back([&t, &scraping, w] {
+      while (!scraping.load(std::memory_order_acquire)) std::this_thread::yield();
       for (std::uint64_t i = 0; i < kPerWriter; ++i) t.inc(w, t.index({i % 3}));
     });
   }
@@ -34,7 +39,9 @@ TEST_CASE("counters written by every worker and scraped meanwhile lose nothing",
   std::thread scraper([&] {
     std::uint64_t last[3] = {0, 0, 0};
     bool monotonic = true;
-    while (!done.load(std::memory_order_acquire)) {
+    scraping.store(true, std::memory_order_release);
+    for (bool last_round = false; !last_round;) {
+      last_round = done.load(std::memory_order_acquire);
       for (std::size_t c = 0; c < 3; ++c) {
         const std::uint64_t v = t.value(c);
         monotonic = monotonic && v >= last[c];
