@@ -10,7 +10,9 @@
 
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "config/config.hpp"
@@ -26,16 +28,19 @@
 namespace {
 
 void usage(std::ostream& o) {
-  o << "usage: levee [-c FILE] [--workers N] [--debug]\n"
+  o << "usage: levee [-c FILE] [--workers N] [--log-level L] [--debug]\n"
        "       levee --validate FILE\n"
        "       levee --version | --help\n"
        "\n"
        "  -c, --config FILE   configuration (default: config/levee.yaml)\n"
        "      --validate FILE check a configuration and exit: 0 valid, 2 invalid\n"
        "      --workers N     override `workers` from the configuration\n"
-       "      --debug         verbose process log\n"
+       "      --log-level L   process log level: trace, debug, info (default), warn,\n"
+       "                      error, critical, off (POST /admin/log_level changes it later)\n"
+       "      --debug         verbose process log (--log-level debug)\n"
        "\n"
-       "Signals: SIGTERM/SIGINT drain (stop accepting, finish in-flight, exit 0).\n"
+       "Signals: SIGHUP reload the configuration, SIGUSR1 reopen the access log,\n"
+       "         SIGTERM/SIGINT drain (/ready 503, drain_delay, finish in-flight, exit 0).\n"
        "Docs: docs/configuration.md, docs/operations.md\n";
 }
 
@@ -52,6 +57,7 @@ int main(int argc, char** argv) {
   std::string validate;
   unsigned workers = 0;
   bool debug = false;
+  std::string log_level;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* what) -> std::string {
@@ -73,6 +79,15 @@ int main(int argc, char** argv) {
       workers = static_cast<unsigned>(*n);
     }
     else if (a == "--debug") debug = true;
+    else if (a == "--log-level") {
+      log_level = value("a level");
+      const auto l = spdlog::level::from_str(log_level);
+      if (l == spdlog::level::off && log_level != "off") {
+        std::cerr << "levee: --log-level must be trace, debug, info, warn, error, critical or off, not '"
+                  << log_level << "'\n";
+        return 2;
+      }
+    }
     else if (a == "--version") {
       std::cout << "levee " << LEVEE_VERSION << '\n';
       return 0;
@@ -92,17 +107,29 @@ int main(int argc, char** argv) {
     std::cout << validate << ": ok\n";
     return 0;
   }
-  auto r = levee::config::load_file(path);
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      std::cerr << path << ": cannot read the file\n";
+      return 2;
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  auto r = levee::config::load_string(text, path);
   if (r.ok()) r.errors = levee::proxy::check_tls(*r.config);  // certificate and key files
   if (!r.ok()) return report(r);
   auto cfg = std::make_shared<levee::config::Config>(std::move(*r.config));
   if (workers) cfg->workers = workers;
   levee::control::init_process_log(debug);
+  if (!log_level.empty()) spdlog::set_level(spdlog::level::from_str(log_level));
   // A write to a closed pipe (a piped access log whose reader exited, a
   // client gone) is an error to handle, not a reason to die.
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    levee::control::Server server(cfg);
+    levee::control::Server server(cfg, std::move(text), workers);
     server.start();
     return server.run();
   } catch (const std::exception& e) {

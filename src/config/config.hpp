@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,8 @@ struct HeaderNames {
   std::string request_id = "x-request-id";
   std::string load_report = "endpoint-load-metrics";
   std::string no_retry = "x-levee-no-retry";
+  /// Send the request id (`request_id`) back to the client on every answer.
+  bool return_request_id = true;
 };
 
 struct HostCpuConfig {
@@ -92,7 +95,21 @@ struct AccessLogConfig {
   /// (and counted), never waited for.
   std::uint32_t buffer = 256 * 1024;
   Duration flush_interval = 100ms;  ///< the longest a line waits for the file
+  /// Which fields, in order (names in docs/configuration.md); empty: the
+  /// default layout of each format.
+  std::vector<std::string> fields;
 };
+
+/// The access-log fields `access_log.fields` may name (docs/configuration.md).
+inline constexpr std::string_view kAccessLogFields[] = {
+    "ts", "client", "method", "target", "path", "host", "protocol", "status", "route", "cluster", "endpoint",
+    "criticality", "tenant", "duration_ms", "upstream_ms", "queue_ms", "rx", "tx", "attempts", "reason",
+    "request_id", "user_agent", "xff"};
+inline bool access_log_field_known(std::string_view name) noexcept {
+  for (auto f : kAccessLogFields)
+    if (f == name) return true;
+  return false;
+}
 
 struct RouteConfig {
   std::string name;  ///< metric label; default "<listener>/<index>"
@@ -295,6 +312,22 @@ struct AdminConfig {
   Duration header_timeout = 10s;  ///< a connection's first request must arrive within this
   Duration idle_timeout = 60s;    ///< a kept-alive admin connection may idle this long
   std::uint32_t max_connections = 64;
+  /// A file holding a token that authorises admin actions (POST) from
+  /// anywhere, as `Authorization: Bearer <token>`; without one, only
+  /// loopback clients may act. Read at load (and at every reload).
+  std::string token_file;
+  std::string token;  ///< its contents (never shown)
+};
+
+/// How hostnames in `endpoints` are resolved.
+struct ResolverConfig {
+  /// DNS servers to ask directly (UDP, A and AAAA), honouring each answer's
+  /// TTL; empty: the system's resolver (getaddrinfo: /etc/hosts, nsswitch),
+  /// every resolve_interval.
+  std::vector<EndpointConfig> servers;
+  Duration timeout = 1s;       ///< per query attempt
+  std::uint32_t attempts = 2;  ///< per server
+  Duration min_ttl = 1s;       ///< re-resolve no more often than this
 };
 
 struct Config {
@@ -302,6 +335,10 @@ struct Config {
   AdminConfig admin;
   unsigned workers = 0;  ///< 0: auto (CPUs available, cgroup quota included)
   Duration drain_timeout = 15s;
+  /// On SIGTERM: /ready turns 503 at once, listeners keep accepting this
+  /// long (load balancers take the instance out), then the drain proper.
+  Duration drain_delay = 0s;
+  ResolverConfig resolver;
   AccessLogConfig access_log;
   HeaderNames headers;
   SelfProtectionConfig self_protection;

@@ -357,6 +357,17 @@ void read_access_log(Ctx& ctx, const YAML::Node& n, AccessLogConfig& a) {
   read_uint(ctx, m.take("buffer"), m.sub("buffer"), a.buffer, 4096, 64u << 20);
   read_duration(ctx, m.take("flush_interval"), m.sub("flush_interval"), a.flush_interval,
                 std::chrono::milliseconds(1), std::chrono::minutes(1));
+  if (auto fl = m.take("fields"); fl.IsDefined()) {
+    if (!fl.IsSequence() || fl.size() == 0) ctx.error(fl, m.sub("fields"), "must be a non-empty list of field names");
+    else
+      for (std::size_t i = 0; i < fl.size(); ++i) {
+        std::string name;
+        read(ctx, fl[i], at(m.sub("fields"), i), name);
+        if (!name.empty() && !access_log_field_known(name))
+          ctx.error(fl[i], at(m.sub("fields"), i), "unknown access log field '" + name + "'");
+        else if (!name.empty()) a.fields.push_back(name);
+      }
+  }
 }
 
 void read_headers(Ctx& ctx, const YAML::Node& n, HeaderNames& h) {
@@ -374,6 +385,7 @@ void read_headers(Ctx& ctx, const YAML::Node& n, HeaderNames& h) {
   name("request_id", h.request_id);
   name("load_report", h.load_report);
   name("no_retry", h.no_retry);
+  read_bool(ctx, m.take("return_request_id"), m.sub("return_request_id"), h.return_request_id);
 }
 
 void read_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteConfig& r) {
@@ -722,8 +734,15 @@ void validate(Ctx& ctx, const YAML::Node& root, Config& cfg) {
       }
     }
   }
-  if (cfg.admin.port != 0 && binds.count({cfg.admin.address, cfg.admin.port}))
-    ctx.error(node_at({"admin", "port"}, {}), "admin.port", "a listener already uses this port");
+  // The admin port clashes with a listener on the same port at the same
+  // address, or where either is a wildcard (0.0.0.0 or :: covers them all).
+  auto wildcard = [](const std::string& a) { return a == "0.0.0.0" || a == "::" || a == "[::]"; };
+  for (const auto& [addr, port] : binds)
+    if (port == cfg.admin.port && (addr == cfg.admin.address || wildcard(addr) || wildcard(cfg.admin.address))) {
+      ctx.error(node_at({"admin", "port"}, {}), "admin.port",
+                "clashes with a listener on " + addr + ":" + std::to_string(port));
+      break;
+    }
   // Cluster quota overrides must name tenants the tenants section knows,
   // so that per-tenant metrics keep a bounded label set.
   for (std::size_t ci = 0; ci < cfg.clusters.size(); ++ci) {
@@ -758,6 +777,14 @@ LoadResult load_node(Ctx& ctx, const YAML::Node& root) {
     read_duration(ctx, am.take("idle_timeout"), am.sub("idle_timeout"), cfg.admin.idle_timeout,
                   std::chrono::milliseconds(1), std::chrono::hours(24));
     read_uint(ctx, am.take("max_connections"), am.sub("max_connections"), cfg.admin.max_connections, 1, 100000);
+    auto tf = am.take("token_file");
+    read(ctx, tf, am.sub("token_file"), cfg.admin.token_file);
+    if (!cfg.admin.token_file.empty()) {
+      std::ifstream f(cfg.admin.token_file, std::ios::binary);
+      if (!f || !std::getline(f, cfg.admin.token)) ctx.error(tf, am.sub("token_file"), "cannot read '" + cfg.admin.token_file + "'");
+      while (!cfg.admin.token.empty() && (cfg.admin.token.back() == '\r' || cfg.admin.token.back() == ' ')) cfg.admin.token.pop_back();
+      if (f && cfg.admin.token.size() < 16) ctx.error(tf, am.sub("token_file"), "the token must be at least 16 characters");
+    }
   }
   if (auto w = m.take("workers"); w.IsDefined()) {
     if (w.IsScalar() && w.Scalar() == "auto") cfg.workers = 0;
@@ -765,6 +792,14 @@ LoadResult load_node(Ctx& ctx, const YAML::Node& root) {
     else ctx.error(w, "workers", "must be auto or a number 1..1024");
   }
   read_duration(ctx, m.take("drain_timeout"), "drain_timeout", cfg.drain_timeout, Duration::zero(), std::chrono::hours(1));
+  read_duration(ctx, m.take("drain_delay"), "drain_delay", cfg.drain_delay, Duration::zero(), std::chrono::hours(1));
+  if (auto r = m.take("resolver"); r.IsDefined()) {
+    Map rm(ctx, r, "resolver");
+    if (auto sv = rm.take("servers"); sv.IsDefined()) read_addresses(ctx, sv, rm.sub("servers"), cfg.resolver.servers);
+    read_duration(ctx, rm.take("timeout"), rm.sub("timeout"), cfg.resolver.timeout, std::chrono::milliseconds(1), std::chrono::minutes(1));
+    read_uint(ctx, rm.take("attempts"), rm.sub("attempts"), cfg.resolver.attempts, 1, 10);
+    read_duration(ctx, rm.take("min_ttl"), rm.sub("min_ttl"), cfg.resolver.min_ttl, std::chrono::milliseconds(100), std::chrono::hours(1));
+  }
   if (auto a = m.take("access_log"); a.IsDefined()) read_access_log(ctx, a, cfg.access_log);
   if (auto h = m.take("headers"); h.IsDefined()) read_headers(ctx, h, cfg.headers);
   if (auto s = m.take("self_protection"); s.IsDefined()) read_self_protection(ctx, s, cfg.self_protection);

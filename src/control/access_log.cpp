@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <system_error>
 
 #include "core/text.hpp"
@@ -220,6 +221,77 @@ void format_json(Line& l, const LogRecord& r) noexcept {
   l.end();
 }
 
+enum Field : std::uint8_t {
+  kTs, kClient, kMethod, kTarget, kPath, kHost, kProtocol, kStatus, kRoute, kCluster, kEndpoint, kCriticality,
+  kTenant, kDuration, kUpstream, kQueue, kRx, kTx, kAttempts, kReason, kRequestId, kUserAgent, kXff
+};
+static_assert(std::size(config::kAccessLogFields) == kXff + 1, "the field list and its enum agree");
+
+std::string_view path_of(std::string_view target) noexcept {
+  const auto q = target.find('?');
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+/// One field's value: a string (quoted in JSON, escaped in text), or a
+/// number written as is.
+void put_field(Line& l, Field f, const LogRecord& r, bool json) noexcept {
+  auto str = [&](std::string_view v) { json ? l.put_json(v) : l.put_text(v); };
+  auto word = [&](std::string_view v) {
+    if (json) l.put('"');
+    l.put(v);
+    if (json) l.put('"');
+  };
+  switch (f) {
+    case kTs:
+      if (json) l.put('"');
+      put_timestamp(l);
+      if (json) l.put('"');
+      break;
+    case kClient: str(r.client); break;
+    case kMethod: str(r.method); break;
+    case kTarget: str(r.target); break;
+    case kPath: str(path_of(r.target)); break;
+    case kHost: str(r.host); break;
+    case kProtocol: {
+      const char v[] = {'H', 'T', 'T', 'P', '/', static_cast<char>('0' + r.version / 10), '.',
+                        static_cast<char>('0' + r.version % 10)};
+      word(std::string_view(v, sizeof v));
+      break;
+    }
+    case kStatus: l.put_int(r.status); break;
+    case kRoute: str(r.route); break;
+    case kCluster: str(r.cluster); break;
+    case kEndpoint: str(r.endpoint); break;
+    case kCriticality: word(core::to_string(r.criticality)); break;
+    case kTenant: str(r.tenant); break;
+    case kDuration: l.put_ms(r.duration_ms); break;
+    case kUpstream: l.put_ms(r.upstream_ms); break;
+    case kQueue: l.put_ms(r.queue_ms); break;
+    case kRx: l.put_uint(r.rx_bytes); break;
+    case kTx: l.put_uint(r.tx_bytes); break;
+    case kAttempts: l.put_uint(r.attempts); break;
+    case kReason: word(core::to_string(r.reason)); break;
+    case kRequestId: str(r.request_id); break;
+    case kUserAgent: str(r.user_agent); break;
+    case kXff: str(r.xff); break;
+  }
+}
+
+/// The configured fields: `name=value` pairs (text) or an object (JSON).
+void format_fields(Line& l, const LogRecord& r, const std::vector<std::uint8_t>& fields, bool json) noexcept {
+  if (json) l.put('{');
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto f = static_cast<Field>(fields[i]);
+    if (i) l.put(json ? ',' : ' ');
+    if (json) l.put('"');
+    l.put(config::kAccessLogFields[f]);
+    l.put(json ? "\":" : "=");
+    put_field(l, f, r, json);
+  }
+  if (json) l.put('}');
+  l.end();
+}
+
 std::size_t ring_size(std::uint32_t bytes) {
   std::size_t n = 4096;
   while (n < bytes) n <<= 1;
@@ -231,7 +303,24 @@ std::size_t ring_size(std::uint32_t bytes) {
 // --- the producer side (a worker) -------------------------------------------
 
 AccessLog::Shard::Shard(AccessLog& log, std::size_t size)
-    : log_(log), ring_(std::make_unique<char[]>(size)), size_(size) {}
+    : log_(log), ring_(std::make_unique<char[]>(size)), size_(size) {
+  configure(log.cfg_);
+}
+
+void AccessLog::Shard::configure(const config::AccessLogConfig& cfg) {
+  enabled_ = cfg.enabled;
+  json_ = cfg.format == config::AccessLogConfig::Format::Json;
+  sample_ = cfg.sample;
+  reject_sample_ = cfg.reject_sample;
+  fields_.clear();
+  wants_headers_ = false;
+  for (const auto& name : cfg.fields)
+    for (std::size_t i = 0; i < std::size(config::kAccessLogFields); ++i)
+      if (config::kAccessLogFields[i] == name) {
+        fields_.push_back(static_cast<std::uint8_t>(i));
+        wants_headers_ = wants_headers_ || i == kUserAgent || i == kXff;
+      }
+}
 
 bool AccessLog::Shard::push(std::string_view line) noexcept {
   const std::uint64_t head = head_.load(std::memory_order_relaxed);
@@ -249,19 +338,19 @@ bool AccessLog::Shard::push(std::string_view line) noexcept {
 }
 
 void AccessLog::Shard::log(const LogRecord& r, double u) noexcept {
-  const auto& cfg = log_.cfg_;
-  if (!cfg.enabled) return;
+  if (!enabled_) return;
   const bool shed = r.reason != core::Reason::None && core::is_shed(r.reason);
-  if (u >= (shed ? cfg.reject_sample : cfg.sample)) return;
+  if (u >= (shed ? reject_sample_ : sample_)) return;
   Line line;
-  if (cfg.format == config::AccessLogConfig::Format::Json) format_json(line, r);
+  if (!fields_.empty()) format_fields(line, r, fields_, json_);
+  else if (json_) format_json(line, r);
   else format_text(line, r);
   if (!push(line.view())) dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
 // --- the writer thread --------------------------------------------------------
 
-AccessLog::AccessLog(const config::AccessLogConfig& cfg, std::size_t shards) : cfg_(cfg) {
+AccessLog::AccessLog(const config::AccessLogConfig& cfg, std::size_t shards) : cfg_(cfg), path_(cfg.path) {
   const std::size_t size = ring_size(cfg_.buffer);
   for (std::size_t i = 0; i < shards; ++i) shards_.push_back(std::unique_ptr<Shard>(new Shard(*this, size)));
 }
@@ -272,21 +361,39 @@ AccessLog::~AccessLog() {
 }
 
 void AccessLog::open_file() {
-  if (cfg_.path == "stdout") {
+  std::string path;
+  {
+    std::lock_guard lk(mu_);
+    path = path_;
+  }
+  if (path == "stdout") {
     fd_ = STDOUT_FILENO;
     owns_fd_ = false;
     return;
   }
-  if (cfg_.path == "stderr") {
+  if (path == "stderr") {
     fd_ = STDERR_FILENO;
     owns_fd_ = false;
     return;
   }
-  const int fd = ::open(cfg_.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "access log " + cfg_.path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "access log " + path);
   if (owns_fd_ && fd_ >= 0) ::close(fd_);
   fd_ = fd;
   owns_fd_ = true;
+}
+
+void AccessLog::reconfigure(const config::AccessLogConfig& cfg) {
+  bool moved = false;
+  {
+    std::lock_guard lk(mu_);
+    moved = path_ != cfg.path;
+    path_ = cfg.path;
+    cfg_.path = cfg.path;
+    cfg_.enabled = cfg.enabled;
+  }
+  if (moved) reopen();
+  if (cfg.enabled) start();  // was off until now
 }
 
 void AccessLog::start() {

@@ -11,7 +11,12 @@
 //    slow pipe reader), the line is dropped and counted, never waited for.
 //  - Write errors (a closed pipe: SIGPIPE is ignored) drop what could not be
 //    written and count it; reopen() (SIGUSR1) reopens the file, for log
-//    rotation; stop() writes everything left and joins the writer.
+//    rotation; stop() writes everything left and joins the writer, so
+//    nothing buffered is lost on exit; a crash loses at most one
+//    flush_interval of lines.
+//  - Which fields a line has, and their order, is configurable
+//    (access_log.fields); a reload changes them, the format, the sampling
+//    and the path (each worker takes the new settings on its own thread).
 #pragma once
 
 #include <atomic>
@@ -48,6 +53,9 @@ struct LogRecord {
   core::Reason reason = core::Reason::None;
   std::string_view request_id;
   std::uint32_t attempts = 0;
+  std::string_view host;
+  std::string_view user_agent;
+  std::string_view xff;  ///< X-Forwarded-For as the request came
 };
 
 class AccessLog {
@@ -58,6 +66,10 @@ class AccessLog {
     /// u: a uniform draw in [0,1) for sampling.
     void log(const LogRecord& r, double u) noexcept;
     std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+    /// New settings (a reload), on the shard's worker thread.
+    void configure(const config::AccessLogConfig& cfg);
+    /// Whether lines carry fields read from request headers (user agent, XFF).
+    bool wants_headers() const noexcept { return wants_headers_; }
 
    private:
     friend class AccessLog;
@@ -65,6 +77,11 @@ class AccessLog {
     bool push(std::string_view line) noexcept;
 
     AccessLog& log_;
+    bool enabled_ = true;
+    bool json_ = false;
+    double sample_ = 1.0, reject_sample_ = 0.01;
+    std::vector<std::uint8_t> fields_;  ///< indices into config::kAccessLogFields; empty: the default layout
+    bool wants_headers_ = false;
     std::unique_ptr<char[]> ring_;
     const std::size_t size_;  // a power of two
     alignas(64) std::atomic<std::uint64_t> head_{0};  // written by the worker
@@ -78,6 +95,9 @@ class AccessLog {
   AccessLog& operator=(const AccessLog&) = delete;
 
   bool enabled() const noexcept { return cfg_.enabled; }
+  /// A reload's path (reopened by the writer) and whether to run at all;
+  /// the formatting settings go to each shard on its worker (Shard::configure).
+  void reconfigure(const config::AccessLogConfig& cfg);
   Shard& shard(std::size_t i) noexcept { return *shards_[i]; }
   /// Opens the file and starts the writer thread. Throws std::system_error
   /// naming the path when the file cannot be opened.
@@ -98,7 +118,8 @@ class AccessLog {
   void open_file();
   void kick() noexcept;
 
-  const config::AccessLogConfig cfg_;
+  config::AccessLogConfig cfg_;  // path and enabled change under mu_ (reconfigure)
+  std::string path_;             // under mu_
   std::vector<std::unique_ptr<Shard>> shards_;
   int fd_ = -1;
   bool owns_fd_ = false;

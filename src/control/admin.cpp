@@ -20,8 +20,43 @@ namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
 
-AdminServer::AdminServer(asio::io_context& ctx, const config::AdminConfig& cfg, AdminPages pages)
-    : ctx_(ctx), cfg_(cfg), pages_(std::move(pages)) {}
+namespace {
+
+int hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string decode(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') out += ' ';
+    else if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else out += s[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string AdminRequest::param(std::string_view name) const {
+  for (const auto& [k, v] : query)
+    if (k == name) return v;
+  return {};
+}
+
+bool AdminRequest::has(std::string_view name) const {
+  for (const auto& [k, v] : query)
+    if (k == name) return true;
+  return false;
+}
+
+AdminServer::AdminServer(asio::io_context& ctx, const config::AdminConfig& cfg, AdminHandler handler)
+    : ctx_(ctx), cfg_(cfg), handler_(std::move(handler)) {}
 
 void AdminServer::bind() {
   const tcp::endpoint ep(asio::ip::make_address(cfg_.address), cfg_.port);
@@ -80,35 +115,41 @@ asio::awaitable<void> AdminServer::session(tcp::socket sock) {
     auto [ec, n] = co_await bh::async_read(stream, buf, parser, nothrow);
     if (ec) co_return;
     const auto& req = parser.get();
+    AdminRequest ar;
+    ar.method = std::string(req.method_string());
+    std::string_view target = req.target();
+    if (auto q = target.find('?'); q != std::string_view::npos) {
+      std::string_view qs = target.substr(q + 1);
+      target = target.substr(0, q);
+      while (!qs.empty()) {
+        const auto amp = qs.find('&');
+        const std::string_view part = qs.substr(0, amp);
+        const auto eq = part.find('=');
+        if (!part.empty())
+          ar.query.emplace_back(decode(part.substr(0, eq)),
+                                eq == std::string_view::npos ? std::string{} : decode(part.substr(eq + 1)));
+        if (amp == std::string_view::npos) break;
+        qs = qs.substr(amp + 1);
+      }
+    }
+    ar.path = std::string(target);
+    ar.head = req.method() == bh::verb::head;
+    if (auto it = req.find(bh::field::authorization); it != req.end()) ar.authorization = std::string(it->value());
+    ar.body = req.body();
+    {
+      boost::system::error_code pec;
+      const auto ep = stream.socket().remote_endpoint(pec);
+      if (!pec) ar.peer = ep.address();
+    }
+    AdminReply reply = co_await handler_(ar);
     http::LocalReply r;
     r.close = !req.keep_alive();
     r.keep_alive_10 = req.keep_alive() && req.version() == 10;
-    std::string_view target = req.target();
-    if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
-    const bool known = target == "/metrics" || target == "/healthz" || target == "/ready" || target == "/admin/clusters";
-    const bool read = req.method() == bh::verb::get || req.method() == bh::verb::head;
-    r.head = req.method() == bh::verb::head;
-    std::string body;
-    if (!known) {
-      r.status = 404;
-      body = "not found: try /metrics, /healthz, /ready, /admin/clusters\n";
-    } else if (!read) {
-      r.status = 405;
-      r.extra = "allow: GET, HEAD\r\n";
-      body = "method not allowed: this endpoint answers GET and HEAD\n";
-    } else if (target == "/metrics") {
-      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      body = pages_.metrics();
-    } else if (target == "/healthz") {
-      body = "ok\n";
-    } else if (target == "/ready") {
-      auto [ok, text] = pages_.ready();
-      r.status = ok ? 200 : 503;
-      body = std::move(text);
-    } else {
-      r.content_type = "application/json";
-      body = pages_.clusters();
-    }
+    r.head = ar.head;
+    r.status = static_cast<std::uint16_t>(reply.status);
+    r.content_type = reply.content_type;
+    r.extra = reply.extra;
+    std::string body = std::move(reply.body);
     r.body = body;
     std::string out;
     http::write_http1(out, r);

@@ -1,5 +1,6 @@
-// The admin listener: /metrics, /healthz, /ready, /admin/clusters. Read-only
-// endpoints answer GET and HEAD (anything else is a 405 naming them); every
+// The admin listener: HTTP/1.1 on its own thread (the admin thread). It
+// parses requests and hands each to one handler (Server::admin_request,
+// src/control/admin_actions.cpp), which answers with a value. Every
 // connection has a header timeout and an idle timeout like the proxy's,
 // requests are bounded in size, and connections are capped, so the admin
 // port cannot be used to pin descriptors. Answers go through the same
@@ -14,21 +15,38 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 
 namespace levee::control {
 
-struct AdminPages {
-  std::function<std::string()> metrics;
-  /// (ready, text)
-  std::function<std::pair<bool, std::string>()> ready;
-  std::function<std::string()> clusters;
+struct AdminRequest {
+  std::string method;  ///< "GET", "POST", ...
+  std::string path;    ///< without the query
+  std::vector<std::pair<std::string, std::string>> query;  ///< decoded
+  std::string authorization;
+  std::string body;
+  boost::asio::ip::address peer;
+  bool head = false;
+
+  /// The query parameter `name`, or empty.
+  std::string param(std::string_view name) const;
+  bool has(std::string_view name) const;
 };
+
+struct AdminReply {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::string extra;  ///< extra header lines, each ending in CRLF
+};
+
+using AdminHandler = std::function<boost::asio::awaitable<AdminReply>(const AdminRequest&)>;
 
 class AdminServer {
  public:
-  AdminServer(boost::asio::io_context& ctx, const config::AdminConfig& cfg, AdminPages pages);
+  AdminServer(boost::asio::io_context& ctx, const config::AdminConfig& cfg, AdminHandler handler);
   /// Binds; throws std::system_error naming the address on failure.
   void bind();
   void start();
@@ -41,7 +59,7 @@ class AdminServer {
 
   boost::asio::io_context& ctx_;
   const config::AdminConfig cfg_;
-  AdminPages pages_;
+  AdminHandler handler_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::shared_ptr<std::atomic<std::size_t>> connections_ = std::make_shared<std::atomic<std::size_t>>(0);
 };

@@ -24,44 +24,74 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
 
-HealthChecker::HealthChecker(asio::io_context& ctx, std::shared_ptr<proxy::Runtime> rt, std::size_t shard)
-    : ctx_(ctx), rt_(std::move(rt)), shard_(shard), rng_(0x4ea17c4eull) {}
+struct HealthChecker::Run {
+  std::shared_ptr<proxy::Runtime> rt;
+  bool stopped = false;
+  std::vector<std::weak_ptr<asio::steady_timer>> timers;
+  std::vector<std::weak_ptr<beast::tcp_stream>> streams;
+};
 
-void HealthChecker::start() {
-  for (auto& c : rt_->clusters) {
+HealthChecker::HealthChecker(asio::io_context& ctx, std::size_t shard) : ctx_(ctx), shard_(shard), rng_(0x4ea17c4eull) {}
+
+HealthChecker::~HealthChecker() { stop(); }
+
+void HealthChecker::stop() {
+  if (!run_) return;
+  run_->stopped = true;
+  for (auto& w : run_->timers)
+    if (auto t = w.lock()) t->cancel();
+  for (auto& w : run_->streams)
+    if (auto st = w.lock()) st->cancel();
+  run_.reset();
+}
+
+void HealthChecker::start(std::shared_ptr<proxy::Runtime> rt) {
+  stop();
+  run_ = std::make_shared<Run>();
+  run_->rt = std::move(rt);
+  for (auto& c : run_->rt->clusters) {
     if (!c->cfg.health_check.enabled) continue;
-    for (auto& ep : c->endpoints) asio::co_spawn(ctx_, loop(*c, *ep), asio::detached);
+    for (auto& ep : c->endpoints) asio::co_spawn(ctx_, loop(run_, *c, *ep), asio::detached);
   }
 }
 
-asio::awaitable<void> HealthChecker::loop(proxy::Cluster& c, proxy::Endpoint& ep) {
+asio::awaitable<void> HealthChecker::loop(std::shared_ptr<Run> run, proxy::Cluster& c, proxy::Endpoint& ep) {
   const auto& hc = c.cfg.health_check;
-  core::HealthState state({hc.healthy, hc.unhealthy}, false);
-  bool decided = false;
+  // An endpoint carried over from the previous Runtime starts from the
+  // health it had; a new one is decided by its first check.
+  const bool adopted = ep.adopted;
+  core::HealthState state({hc.healthy, hc.unhealthy}, adopted && ep.healthy.load());
+  bool decided = adopted;
   Duration interval = hc.interval;
-  std::unique_ptr<beast::tcp_stream> stream;
+  std::shared_ptr<beast::tcp_stream> stream;
   beast::flat_buffer buf;
-  asio::steady_timer sleep(ctx_);
-  const std::string host = hc.host.empty() ? ep.label : hc.host;
+  auto sleep = std::make_shared<asio::steady_timer>(ctx_);
+  run->timers.push_back(sleep);
+  // The authority the endpoint stands for (a hostname's, for virtual hosts).
+  const std::string host = hc.host.empty() ? ep.authority : hc.host;
   const std::string request = "GET " + hc.path + " HTTP/1.1\r\nHost: " + host +
                               "\r\nUser-Agent: levee-health-check\r\nAccept: */*\r\n\r\n";
-  auto& m = *rt_->metrics;
+  auto& m = *run->rt->metrics;
   const std::size_t epm = m.endpoint(c.index, ep.index);
-  for (bool first = true;; first = false) {
+  for (bool first = !adopted;; first = false) {
     if (!first) {
       // +-jitter around the interval, so a fleet does not probe in step.
       double j = 1.0 + hc.jitter * (2.0 * rng_.uniform() - 1.0);
-      sleep.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(interval * j));
-      co_await sleep.async_wait(nothrow);
-      if (rt_->draining.load()) co_return;
+      sleep->expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(interval * j));
+      co_await sleep->async_wait(nothrow);
+      if (run->stopped) co_return;
     }
+    // Disabled by an operator: no probes until it is enabled again.
+    if (ep.admin.load() == static_cast<std::uint8_t>(core::AdminState::Disabled)) continue;
     const TimePoint t0 = now();
     bool ok = false;
     do {
       if (!stream) {
-        auto addrs = ep.addresses();
+        const auto& addrs = ep.addresses();
         if (addrs.empty()) break;
-        stream = std::make_unique<beast::tcp_stream>(ctx_);
+        stream = std::make_shared<beast::tcp_stream>(ctx_);
+        std::erase_if(run->streams, [](const auto& w) { return w.expired(); });
+        run->streams.push_back(stream);
         stream->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(hc.timeout));
         auto [ec, e] = co_await stream->async_connect(addrs, nothrow);
         if (ec) {
@@ -89,6 +119,7 @@ asio::awaitable<void> HealthChecker::loop(proxy::Cluster& c, proxy::Endpoint& ep
            (hc.body_contains.empty() || res.body().find(hc.body_contains) != std::string::npos);
       if (!res.keep_alive()) stream.reset();
     } while (false);
+    if (run->stopped) co_return;
     const TimePoint t1 = now();
     m.health_check_latency.observe(shard_, c.index, core::to_seconds(t1 - t0));
     m.health_checks.inc(shard_, m.health_checks.index({epm, ok ? 0u : 1u}));

@@ -6,6 +6,11 @@
 // hysteresis (HealthState): `unhealthy` consecutive failures to leave,
 // `healthy` consecutive successes to return; the very first result decides
 // at once so a fresh levee is ready as soon as its backends are.
+//
+// Each Runtime gets its own set of checks (start); a reload stops the old
+// set and starts one for the new Runtime, where an endpoint that remained
+// begins from the health it had (its state was carried over). An endpoint
+// an operator disabled is not probed.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -19,22 +24,26 @@ namespace levee::proxy {
 class Cluster;
 class Runtime;
 struct Endpoint;
-}  // namespace levee::control
+}  // namespace levee::proxy
 
 namespace levee::control {
 
 class HealthChecker {
  public:
-  HealthChecker(boost::asio::io_context& ctx, std::shared_ptr<proxy::Runtime> rt, std::size_t metrics_shard);
-  void start();
+  HealthChecker(boost::asio::io_context& ctx, std::size_t metrics_shard);
+  ~HealthChecker();
+  /// Stops the checks of the previous Runtime, if any, and starts rt's.
+  void start(std::shared_ptr<proxy::Runtime> rt);
+  void stop();
 
  private:
-  boost::asio::awaitable<void> loop(proxy::Cluster& c, proxy::Endpoint& ep);
+  struct Run;
+  boost::asio::awaitable<void> loop(std::shared_ptr<Run> run, proxy::Cluster& c, proxy::Endpoint& ep);
 
   boost::asio::io_context& ctx_;
-  std::shared_ptr<proxy::Runtime> rt_;
   std::size_t shard_;
   proxy::Rng rng_;
+  std::shared_ptr<Run> run_;
 };
 
 }  // namespace levee::control

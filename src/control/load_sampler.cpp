@@ -24,14 +24,30 @@ core::CriticalityMask over_mask(const core::ExecutorLoad& l) {
 }
 }  // namespace
 
-LoadSampler::LoadSampler(proxy::Runtime& rt, std::vector<proxy::Worker*> workers)
-    : rt_(rt),
+LoadSampler::LoadSampler(std::shared_ptr<proxy::Runtime> rt, std::vector<proxy::Worker*> workers)
+    : rt_(std::move(rt)),
       workers_(std::move(workers)),
       load_timer_(ctx_),
       host_timer_(ctx_),
       tick_timer_(ctx_),
-      executor_(config::executor_load_config(rt.cfg->self_protection)),
-      host_(config::host_cpu_config(rt.cfg->self_protection)) {}
+      executor_(config::executor_load_config(rt_->cfg->self_protection)),
+      host_(config::host_cpu_config(rt_->cfg->self_protection)) {}
+
+void LoadSampler::set_runtime(std::shared_ptr<proxy::Runtime> rt) {
+  asio::post(ctx_, [this, rt = std::move(rt)]() mutable {
+    const auto& was = rt_->cfg->self_protection;
+    const auto& now = rt->cfg->self_protection;
+    // New smoothing or thresholds start the averages afresh; otherwise
+    // they carry on.
+    if (was.time_constant != now.time_constant || was.thresholds != now.thresholds)
+      executor_ = core::ExecutorLoad(config::executor_load_config(now));
+    if (was.host_cpu.time_constant != now.host_cpu.time_constant || was.host_cpu.thresholds != now.host_cpu.thresholds)
+      host_ = core::ExecutorLoad(config::host_cpu_config(now));
+    const bool host_was = was.host_cpu.enabled;
+    rt_ = std::move(rt);
+    if (!host_was && rt_->cfg->self_protection.host_cpu.enabled) sample_host();
+  });
+}
 
 LoadSampler::~LoadSampler() { stop(); }
 
@@ -42,7 +58,7 @@ void LoadSampler::start() {
     probes_.push_back(std::move(p));
   }
   sample_executor();
-  if (rt_.cfg->self_protection.host_cpu.enabled) sample_host();
+  if (rt_->cfg->self_protection.host_cpu.enabled) sample_host();
   tick();
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "levee-sampler");
@@ -56,7 +72,7 @@ void LoadSampler::stop() {
 }
 
 void LoadSampler::sample_executor() {
-  const auto& sp = rt_.cfg->self_protection;
+  const auto& sp = rt_->cfg->self_protection;
   const std::uint64_t wall = mono_ns();
   const auto interval_ns = static_cast<double>(std::chrono::nanoseconds(sp.sample_interval).count());
   double busy = 0;
@@ -90,9 +106,9 @@ void LoadSampler::sample_executor() {
   }
   executor_.sample(proxy::now(), busy, static_cast<double>(workers_.size()));
   const double load = executor_.load();
-  rt_.executor_load.store(load, std::memory_order_relaxed);
-  rt_.publish_load({over_mask(executor_), host_over_});
-  rt_.close_connections.store(sp.enabled && sp.close_connections_above > 0 && load > sp.close_connections_above,
+  rt_->executor_load.store(load, std::memory_order_relaxed);
+  rt_->publish_load({over_mask(executor_), host_over_});
+  rt_->close_connections.store(sp.enabled && sp.close_connections_above > 0 && load > sp.close_connections_above,
                               std::memory_order_relaxed);
   load_timer_.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(sp.sample_interval));
   load_timer_.async_wait([this](error_code ec) {
@@ -101,10 +117,15 @@ void LoadSampler::sample_executor() {
 }
 
 void LoadSampler::sample_host() {
-  const auto& h = rt_.cfg->self_protection.host_cpu;
+  const auto& h = rt_->cfg->self_protection.host_cpu;
+  if (!h.enabled) {  // switched off by a reload
+    host_over_ = 0;
+    rt_->host_cpu.store(0.0, std::memory_order_relaxed);
+    return;
+  }
   if (auto u = host_cpu_.sample()) {
     host_.sample(proxy::now(), *u, 1.0);
-    rt_.host_cpu.store(host_.load(), std::memory_order_relaxed);
+    rt_->host_cpu.store(host_.load(), std::memory_order_relaxed);
     host_over_ = over_mask(host_);
   }
   host_timer_.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(h.interval));
@@ -115,7 +136,7 @@ void LoadSampler::sample_host() {
 
 void LoadSampler::tick() {
   const auto t = proxy::now();
-  for (auto& c : rt_.clusters) c->tick(t);
+  for (auto& c : rt_->clusters) c->tick(t);
   tick_timer_.expires_after(std::chrono::milliseconds(100));
   tick_timer_.async_wait([this](error_code ec) {
     if (!ec) tick();

@@ -32,19 +32,22 @@ namespace levee::control {
 
 class LoadSampler {
  public:
-  LoadSampler(proxy::Runtime& rt, std::vector<proxy::Worker*> workers);
+  LoadSampler(std::shared_ptr<proxy::Runtime> rt, std::vector<proxy::Worker*> workers);
   ~LoadSampler();
   /// Reads each worker's thread id (they must have started) and starts.
   void start();
   void stop();
   const std::string& host_cpu_source() const noexcept { return host_cpu_.source(); }
+  /// A reload: from the next sample on, rt's clusters are ticked and its
+  /// settings used (posted to the sampler's thread).
+  void set_runtime(std::shared_ptr<proxy::Runtime> rt);
 
  private:
   void sample_executor();
   void sample_host();
   void tick();
 
-  proxy::Runtime& rt_;
+  std::shared_ptr<proxy::Runtime> rt_;  // on the sampler's thread
   std::vector<proxy::Worker*> workers_;
   boost::asio::io_context ctx_{1};
   boost::asio::steady_timer load_timer_;

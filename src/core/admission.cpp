@@ -39,6 +39,14 @@ void Admission::on_attempt(const AttemptReport& r) noexcept {
   }
 }
 
+bool same_shape(const AdmissionConfig& a, const AdmissionConfig& b) noexcept {
+  AdmissionConfig x = a;
+  x.throttle_mode = b.throttle_mode;
+  x.quota_mode = b.quota_mode;
+  x.queue_mode = b.queue_mode;
+  return x == b;
+}
+
 bool Admission::overloaded() const noexcept {
   if (gate_.overloaded()) return true;
   const auto& o = cfg_.overload;

@@ -71,6 +71,7 @@ struct SelfProtectionPolicy {
 struct OverloadPolicy {
   double utilization = 0.9;                                  ///< smoothed backend utilization; 0: not a signal
   Duration queue_time = std::chrono::milliseconds(20);       ///< smoothed queuing time; 0: not a signal
+  bool operator==(const OverloadPolicy&) const = default;
 };
 
 struct AdmissionConfig {
@@ -92,7 +93,15 @@ struct AdmissionConfig {
   ConcurrencyLimitConfig limit{};
 
   OverloadPolicy overload{};
+
+  bool operator==(const AdmissionConfig&) const = default;
 };
+
+/// Whether a pipeline built from `a` can carry on under `b` without losing
+/// its meaning: everything but the gate modes is the same. Modes (off, dry
+/// run, enforce) switch on a running pipeline (Admission::set_modes); any
+/// other change needs a new pipeline, whose learned state starts afresh.
+bool same_shape(const AdmissionConfig& a, const AdmissionConfig& b) noexcept;
 
 /// Which gate decided.
 enum class Gate : std::uint8_t { None, SelfProtection, RetryStorm, Throttle, Quota, Queue };
@@ -178,6 +187,16 @@ class Admission {
   /// Whether the cluster counts as overloaded now.
   bool overloaded() const noexcept;
 
+  /// Switches gate modes in place (a reload that flips a dry run, an
+  /// operator's runtime toggle). Everything learned is kept. A queue gate
+  /// switched off hands out no permits from then on; permits already out
+  /// still come back.
+  void set_modes(GateMode throttle, GateMode quota, GateMode queue) noexcept {
+    cfg_.throttle_mode = throttle;
+    cfg_.quota_mode = quota;
+    cfg_.queue_mode = queue;
+  }
+
   /// The share of the cluster's weight that is ready (see QueueGate::set_limit_scale).
   void set_limit_scale(double s) noexcept { gate_.set_limit_scale(s); }
 
@@ -188,6 +207,7 @@ class Admission {
   AdaptiveThrottle& throttle() noexcept { return throttle_; }
   TenantQuota& quota() noexcept { return quota_; }
   AttemptHistogram& attempts() noexcept { return attempts_; }
+  RetryBudget& budget() noexcept { return budget_; }
   /// Smoothed backend utilization, or nullopt before any report.
   std::optional<double> utilization() const noexcept {
     return have_utilization_ ? std::optional<double>(utilization_.value()) : std::nullopt;

@@ -58,12 +58,14 @@ struct AdaptiveLimitConfig {
   /// backend answering in tens of microseconds, the proxy's own scheduling
   /// noise is larger than any queue inside the backend.
   Duration rtt_tolerance = std::chrono::milliseconds(1);
+  bool operator==(const AdaptiveLimitConfig&) const = default;
 };
 
 struct ConcurrencyLimitConfig {
   bool adaptive = false;
   std::uint32_t static_limit = 64;
   AdaptiveLimitConfig adaptive_cfg{};
+  bool operator==(const ConcurrencyLimitConfig&) const = default;
 };
 
 class ConcurrencyLimit {

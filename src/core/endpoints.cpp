@@ -20,8 +20,36 @@ EndpointSet::EndpointSet(EndpointPolicy p, std::span<const double> weights, Time
 }
 
 std::size_t EndpointSet::available() const noexcept {
-  return static_cast<std::size_t>(
-      std::count_if(eps_.begin(), eps_.end(), [](const Endpoint& e) { return e.healthy && !e.ejected; }));
+  return static_cast<std::size_t>(std::count_if(eps_.begin(), eps_.end(), [](const Endpoint& e) {
+    return e.healthy && !e.ejected && e.admin == AdminState::Enabled;
+  }));
+}
+
+void EndpointSet::adopt(std::size_t i, const Member& m) noexcept {
+  Endpoint& e = eps_[i];
+  const double weight = e.weight;
+  e = m;
+  e.weight = weight;
+  e.outlier.set_config(policy_.outlier);
+  e.slow_start.set_config(policy_.slow_start);
+  if (!policy_.health_checks) e.healthy = true;
+  recompute();
+}
+
+bool EndpointSet::set_admin(std::size_t i, AdminState s, TimePoint now) noexcept {
+  Endpoint& e = eps_[i];
+  if (e.admin == s) return false;
+  const bool returning = s == AdminState::Enabled;
+  e.admin = s;
+  // Back in rotation: it has been out, so it warms up like any returning endpoint.
+  if (returning) e.slow_start.restart(now);
+  refresh(now);
+  return true;
+}
+
+void EndpointSet::set_weight_override(std::size_t i, std::optional<double> w) noexcept {
+  eps_[i].weight_override = w;
+  recompute();
 }
 
 bool EndpointSet::may_eject() const noexcept {
@@ -91,11 +119,13 @@ bool EndpointSet::recompute() noexcept {
   double nominal = 0, ready = 0, available = 0;
   bool any_warm = false;
   for (Endpoint& e : eps_) {
-    const double w = e.healthy && !e.ejected ? e.weight * e.slow_start.multiplier() : 0.0;
-    nominal += e.weight;
+    const double base = e.weight_override.value_or(e.weight);
+    const bool in = e.healthy && !e.ejected && e.admin == AdminState::Enabled;
+    const double w = in ? base * e.slow_start.multiplier() : 0.0;
+    nominal += base;
     ready += w;
     if (w > 0) {
-      available += e.weight;
+      available += base;
       any_warm = any_warm || !e.slow_start.active();
     }
     if (w != e.effective) {

@@ -22,6 +22,13 @@
 
 namespace levee::core {
 
+/// An operator's say over an endpoint (the admin API), on top of health:
+/// Draining takes no new requests and lets those in flight finish;
+/// Disabled is the same, and its active health checks pause too (a backend
+/// in maintenance is not probed). Both are lifted by Enabled, from which
+/// the endpoint returns through slow start.
+enum class AdminState : std::uint8_t { Enabled, Draining, Disabled };
+
 struct EndpointPolicy {
   /// With active checks an endpoint is out until its first check passes.
   bool health_checks = false;
@@ -81,9 +88,13 @@ class EndpointSet {
   /// health alone.
   double limit_scale() const noexcept { return scale_; }
 
- private:
-  struct Endpoint {
-    double weight = 1.0;
+ public:
+  /// One endpoint's whole state, as carried from one set to the next when
+  /// the cluster is rebuilt (a reload, a DNS change): see adopt().
+  struct Member {
+    double weight = 1.0;  ///< configured
+    std::optional<double> weight_override;  ///< set by an operator at runtime
+    AdminState admin = AdminState::Enabled;
     double effective = 0.0;
     bool healthy = true;
     bool ejected = false;
@@ -94,6 +105,25 @@ class EndpointSet {
     Ewma utilization{std::chrono::seconds(1)};
     Ewma latency{std::chrono::seconds(1)};  ///< response-header latency, seconds
   };
+  const Member& member(std::size_t i) const noexcept { return eps_[i]; }
+  /// Endpoint i takes over m's state (health, ejection, slow-start ramp,
+  /// smoothed latency and utilization, the operator's state and weight),
+  /// keeping this set's configured weight and policy. Without active health
+  /// checks in this set's policy it counts as healthy (nothing would ever
+  /// bring it back otherwise).
+  void adopt(std::size_t i, const Member& m) noexcept;
+
+  /// The operator's state. True when it changed; leaving Draining or
+  /// Disabled starts a slow-start ramp.
+  bool set_admin(std::size_t i, AdminState s, TimePoint now) noexcept;
+  AdminState admin(std::size_t i) const noexcept { return eps_[i].admin; }
+  /// An operator's weight in place of the configured one (nullopt: back to it).
+  void set_weight_override(std::size_t i, std::optional<double> w) noexcept;
+  /// The weight in force before slow start: the override, else the configured one.
+  double base_weight(std::size_t i) const noexcept { return eps_[i].weight_override.value_or(eps_[i].weight); }
+
+ private:
+  using Endpoint = Member;
   bool may_eject() const noexcept;
   /// Recomputes effective weights and the limit scale; true when a weight changed.
   bool recompute() noexcept;

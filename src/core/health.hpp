@@ -89,6 +89,8 @@ class OutlierState {
   }
 
   bool ejected(TimePoint now) const noexcept { return now < ejected_until_; }
+  /// New parameters (a reload); an ejection in progress keeps its end.
+  void set_config(OutlierConfig cfg) noexcept { cfg_ = cfg; }
   TimePoint ejected_until() const noexcept { return ejected_until_; }
   std::uint32_t ejections() const noexcept { return ejections_; }
 

@@ -82,6 +82,7 @@ struct QueueConfig {
   Duration codel_interval = std::chrono::milliseconds(100);
   bool lifo_on_overload = true;
   Duration drain_window = std::chrono::seconds(1);
+  bool operator==(const QueueConfig&) const = default;
 };
 
 class QueueGate {

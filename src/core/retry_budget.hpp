@@ -10,6 +10,8 @@
 //    would multiply load 3^depth).
 #pragma once
 
+#include <algorithm>
+
 #include <array>
 #include <cstdint>
 
@@ -23,6 +25,7 @@ struct RetryBudgetConfig {
   double min_per_second = 3.0;
   std::uint32_t max_attempts = 3;  ///< attempts in all, including the first
   Duration window = std::chrono::seconds(10);
+  bool operator==(const RetryBudgetConfig&) const = default;
 };
 
 class RetryBudget {
@@ -45,6 +48,11 @@ class RetryBudget {
   }
 
   const RetryBudgetConfig& config() const noexcept { return cfg_; }
+  /// Retries the budget would allow now (observability).
+  double available(TimePoint now) noexcept {
+    const double allowed = cfg_.ratio * counts_.sum(now, 0) + cfg_.min_per_second * to_seconds(counts_.window());
+    return std::max(0.0, allowed - counts_.sum(now, 1));
+  }
 
  private:
   RetryBudgetConfig cfg_;
@@ -58,6 +66,7 @@ struct AttemptHistogramConfig {
   /// ... and at least this many arrivals were seen (no verdict on a trickle).
   double min_arrivals = 20;
   Duration retry_after = std::chrono::seconds(2);
+  bool operator==(const AttemptHistogramConfig&) const = default;
 };
 
 class AttemptHistogram {

@@ -69,6 +69,12 @@ class SlowStart {
     return active_ ? slow_start_multiplier(cfg_, elapsed_) : 1.0;
   }
   const SlowStartConfig& config() const noexcept { return cfg_; }
+  /// New parameters for a ramp in progress (a reload): it carries on from
+  /// where it is, under the new window.
+  void set_config(SlowStartConfig cfg) noexcept {
+    cfg_ = cfg;
+    if (cfg_.window <= Duration::zero() || elapsed_ >= cfg_.window) active_ = false;
+  }
 
  private:
   SlowStartConfig cfg_;

@@ -31,6 +31,7 @@ struct TenantQuotaConfig {
   Duration window = std::chrono::seconds(10);
   std::size_t buckets = 20;
   Duration min_retry_after = std::chrono::seconds(1);
+  bool operator==(const TenantQuotaConfig&) const = default;
 };
 
 /// What the other instances of a fleet used (see TenantQuota's fleet
@@ -78,6 +79,8 @@ class TenantQuota {
   /// Installs a view by swapping: `v` gets the previous one back, so the
   /// caller reuses its buffers and nothing is freed under the cluster lock.
   void set_fleet_view(FleetView& v) noexcept;
+  /// The view in force, if any (copied into a rebuilt pipeline on reload).
+  const std::optional<FleetView>& fleet_view() const noexcept { return fleet_; }
   /// Adds the cost recorded since the last call to out[t][c] (out is resized
   /// to tenants()) and forgets it: the sync's local delta. Only counted
   /// once a fleet view has been set.

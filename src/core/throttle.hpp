@@ -56,6 +56,7 @@ struct ThrottleConfig {
   std::uint32_t recovery_run = 10;    ///< accepted in a row that clear the history (0: never) ...
   Duration recovery_span = std::chrono::milliseconds(250);  ///< ... over at least this long
   Duration retry_after = std::chrono::seconds(1);
+  bool operator==(const ThrottleConfig&) const = default;
 };
 
 class AdaptiveThrottle {

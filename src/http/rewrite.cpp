@@ -96,8 +96,10 @@ void write_downstream_head(std::string& out, const DownstreamHead& d) {
     }
     if (is_hop_by_hop(f)) continue;
     if (named_in_connection(fields, f.name)) continue;
+    if (!d.request_id.empty() && core::iequals(f.name, d.names.request_id)) continue;
     append_field(out, f.name, f.value);
   }
+  if (!d.request_id.empty()) append_field(out, d.names.request_id, d.request_id);
   if (d.framing == BodyFraming::Length) {
     out.append("content-length: ");
     append_uint(out, d.length);

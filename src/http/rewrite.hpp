@@ -74,6 +74,7 @@ struct DownstreamHead {
   bool close = false;         ///< Connection: close
   bool keep_alive_10 = false; ///< HTTP/1.0 client kept alive
   bool no_retry = false;      ///< add "don't retry": levee gave up below because of overload
+  std::string_view request_id{};  ///< sent as names.request_id (in place of the upstream's), when not empty
 };
 
 /// Appends the response head for an HTTP/1.1 client.

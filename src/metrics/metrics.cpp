@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 namespace levee::metrics {
 
@@ -47,12 +48,61 @@ std::vector<prometheus::ClientMetric::Label> labels_of(const std::vector<Dimensi
   return out;
 }
 
+std::string label_key(const std::vector<prometheus::ClientMetric::Label>& ls) {
+  std::string k;
+  for (const auto& l : ls) {
+    k += l.name;
+    k += '\x1f';
+    k += l.value;
+    k += '\x1e';
+  }
+  return k;
+}
+
+/// Where each label combination of `dims` lives, by label_key.
+std::unordered_map<std::string, std::size_t> cells_by_labels(const std::vector<Dimension>& dims, std::size_t n) {
+  std::unordered_map<std::string, std::size_t> m;
+  for (std::size_t c = 0; c < n; ++c) m.emplace(label_key(labels_of(dims, c)), c);
+  return m;
+}
+
 }  // namespace
+
+std::vector<std::string> CounterTable::labels(std::size_t cell) const {
+  std::vector<std::string> out;
+  for (auto& l : labels_of(dims_, cell)) out.push_back(std::move(l.value));
+  return out;
+}
+
+void CounterTable::absorb(const CounterTable& old) {
+  const auto here = cells_by_labels(dims_, cells_);
+  for (std::size_t c = 0; c < old.cells_; ++c) {
+    const std::uint64_t v = old.value(c);
+    if (v == 0) continue;
+    auto it = here.find(label_key(labels_of(old.dims_, c)));
+    if (it != here.end()) shards_.back()->add(it->second, v);
+  }
+}
+
+void HistogramTable::absorb(const HistogramTable& old) {
+  if (old.bounds_ != bounds_) return;
+  const auto here = cells_by_labels(dims_, series_);
+  for (std::size_t series = 0; series < old.series_; ++series) {
+    if (old.count(series) == 0) continue;
+    auto it = here.find(label_key(labels_of(old.dims_, series)));
+    if (it == here.end()) continue;
+    for (std::size_t k = 0; k < stride_; ++k) {
+      std::uint64_t v = 0;
+      for (const auto& sh : old.shards_) v += sh->get(series * stride_ + k);
+      shards_.back()->add(it->second * stride_ + k, v);
+    }
+  }
+}
 
 CounterTable::CounterTable(std::string name, std::string help, std::vector<Dimension> dims,
                            std::size_t shards)
     : name_(std::move(name)), help_(std::move(help)), dims_(std::move(dims)), cells_(product(dims_)) {
-  for (std::size_t s = 0; s < std::max<std::size_t>(1, shards); ++s)
+  for (std::size_t s = 0; s < std::max<std::size_t>(1, shards) + 1; ++s)
     shards_.push_back(std::make_unique<Shard>(cells_));
 }
 
@@ -92,7 +142,7 @@ HistogramTable::HistogramTable(std::string name, std::string help, std::vector<D
       bounds_(std::move(bounds)),
       series_(product(dims_)),
       stride_(bounds_.size() + 3) {
-  for (std::size_t s = 0; s < std::max<std::size_t>(1, shards); ++s)
+  for (std::size_t s = 0; s < std::max<std::size_t>(1, shards) + 1; ++s)
     shards_.push_back(std::make_unique<Shard>(series_ * stride_));
 }
 
@@ -170,6 +220,44 @@ std::vector<prometheus::MetricFamily> Registry::collect() const {
     out.push_back(std::move(f));
   }
   return out;
+}
+
+std::string Registry::serialize_with(const std::vector<const Registry*>& others) const {
+  auto out = collect();
+  if (others.empty()) {
+    prometheus::TextSerializer ser;
+    return ser.Serialize(out);
+  }
+  std::unordered_map<std::string, std::size_t> family;
+  for (std::size_t i = 0; i < out.size(); ++i) family.emplace(out[i].name, i);
+  for (const Registry* r : others) {
+    for (auto& f : r->collect()) {
+      auto it = family.find(f.name);
+      if (it == family.end()) {
+        family.emplace(f.name, out.size());
+        out.push_back(std::move(f));
+        continue;
+      }
+      auto& into = out[it->second];
+      std::unordered_map<std::string, std::size_t> by_labels;
+      for (std::size_t k = 0; k < into.metric.size(); ++k) by_labels.emplace(label_key(into.metric[k].label), k);
+      for (auto& m : f.metric) {
+        auto mk = by_labels.find(label_key(m.label));
+        if (mk == by_labels.end()) {
+          into.metric.push_back(std::move(m));
+          continue;
+        }
+        auto& t = into.metric[mk->second];
+        t.counter.value += m.counter.value;
+        t.histogram.sample_count += m.histogram.sample_count;
+        t.histogram.sample_sum += m.histogram.sample_sum;
+        for (std::size_t b = 0; b < t.histogram.bucket.size() && b < m.histogram.bucket.size(); ++b)
+          t.histogram.bucket[b].cumulative_count += m.histogram.bucket[b].cumulative_count;
+      }
+    }
+  }
+  prometheus::TextSerializer ser;
+  return ser.Serialize(out);
 }
 
 std::string Registry::serialize() const {

@@ -66,12 +66,20 @@ class CounterTable {
   std::uint64_t value(std::size_t cell) const noexcept;
   prometheus::MetricFamily collect() const;
   std::size_t cells() const noexcept { return cells_; }
+  const std::string& name() const noexcept { return name_; }
+  /// The label values of a cell, one per label.
+  std::vector<std::string> labels(std::size_t cell) const;
+  /// Adds what `old` counted (a table of a replaced configuration, no
+  /// longer written) to the cells with the same labels here, so counters
+  /// carry on across a reload. Cells it has and this table lacks are
+  /// dropped. Only one thread may absorb, and none may read `old` meanwhile.
+  void absorb(const CounterTable& old);
 
  private:
   std::string name_, help_;
   std::vector<Dimension> dims_;
   std::size_t cells_;
-  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::unique_ptr<Shard>> shards_;  ///< one per writer, then one for what was absorbed
 };
 
 class HistogramTable {
@@ -85,6 +93,9 @@ class HistogramTable {
   void observe(std::size_t shard, std::size_t series, double v) noexcept;
   prometheus::MetricFamily collect() const;
   std::uint64_t count(std::size_t series) const noexcept;
+  const std::string& name() const noexcept { return name_; }
+  /// As CounterTable::absorb (the bounds must be the same).
+  void absorb(const HistogramTable& old);
 
  private:
   std::string name_, help_;
@@ -115,6 +126,10 @@ class Registry {
   std::vector<prometheus::MetricFamily> collect() const;
   /// Prometheus text format 0.0.4.
   std::string serialize() const;
+  /// Serializes this registry with others' counter and histogram tables
+  /// (those of replaced configurations still being written): families of
+  /// one name are merged, samples with the same labels summed.
+  std::string serialize_with(const std::vector<const Registry*>& others) const;
 
  private:
   std::vector<const CounterTable*> counters_;

@@ -152,4 +152,6 @@ std::vector<GaugeSet> process_gauges() {
   return g;
 }
 
+BuildInfo build_info() noexcept { return {LEVEE_VERSION, LEVEE_COMMIT, LEVEE_BUILD_TYPE}; }
+
 }  // namespace levee::metrics

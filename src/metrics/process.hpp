@@ -23,4 +23,12 @@ namespace levee::metrics {
 /// cannot be read is left out of the scrape rather than reported as 0.
 std::vector<GaugeSet> process_gauges();
 
+/// What levee_build_info says, for GET /admin/info.
+struct BuildInfo {
+  const char* version;
+  const char* commit;
+  const char* build_type;
+};
+BuildInfo build_info() noexcept;
+
 }  // namespace levee::metrics

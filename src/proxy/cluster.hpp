@@ -1,6 +1,6 @@
 // A cluster: one backend service, shared by every worker.
 //
-// Locking. Each cluster has one mutex, mu_, and it guards exactly two
+// Locking. Each cluster has one mutex (in its ClusterCore), and it guards exactly two
 // things: the core admission pipeline (queue, concurrency limit, throttle,
 // tenant quotas, retry budget, attempt histogram) and the core endpoint set
 // (health, outlier ejection, slow start). It is held only for calls into
@@ -30,6 +30,7 @@
 
 #include "config/config.hpp"
 #include "core/admission.hpp"
+#include "core/balancer.hpp"
 #include "core/endpoints.hpp"
 #include "proxy/clock.hpp"
 #include "proxy/endpoint.hpp"
@@ -65,10 +66,34 @@ struct AttemptResult {
   std::optional<double> utilization;
 };
 
+/// The lock and the admission pipeline of a cluster. Successive Cluster
+/// objects of one cluster (across reloads and DNS changes) share it while
+/// the cluster's admission settings stay the same, so the queue, the
+/// permits in flight, the learned limit, the throttle's history and the
+/// tenants' usage carry on as if nothing happened.
+struct ClusterCore {
+  explicit ClusterCore(core::AdmissionConfig c) : admission(std::move(c)) {}
+  std::mutex mu;
+  core::Admission admission;
+};
+
+/// One worker's view of a cluster's effective weights (used by that worker
+/// only), rebuilt when the cluster publishes new ones.
+struct alignas(64) PickView {
+  std::uint64_t version = 0;
+  core::WeightedSet set;
+  std::vector<core::EndpointLoad> loads;
+};
+
 class Cluster {
  public:
+  /// `previous`: the same cluster in the Runtime this one replaces, or
+  /// null. Its ClusterCore is shared when the admission settings allow it
+  /// (core::same_shape; the gate modes are switched in place), and its
+  /// endpoints' state is adopted by address.
   Cluster(const config::ClusterConfig& cfg, std::size_t index, core::AdmissionConfig admission,
-          core::EndpointPolicy endpoints, TimePoint now);
+          core::EndpointPolicy endpoints, std::vector<EndpointSpec> specs, std::size_t workers, TimePoint now,
+          Cluster* previous);
 
   /// TLS to the endpoints (proxy/tls_context.hpp); null: cleartext.
   std::shared_ptr<const class ClientTls> tls;
@@ -77,6 +102,15 @@ class Cluster {
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   /// Bumped whenever effective weights change; workers rebuild their sets.
   std::atomic<std::uint64_t> weights_version{1};
+  /// Per worker, indexed by worker.
+  std::vector<PickView> views;
+
+  /// Whether this cluster carries on its predecessor's admission state.
+  bool shares_core() const noexcept { return shared_core_; }
+  /// Replaced by a newer Runtime's cluster: requests still in flight here
+  /// report their results, but no longer steer the shared pipeline's limit.
+  void retire() noexcept { retired_.store(true, std::memory_order_relaxed); }
+  std::size_t find_endpoint(std::string_view label) const noexcept;
 
   /// Gates 2-4. A Queued verdict is resolved by a call to waiter.on_wake.
   core::Verdict admit(core::Arrival a, QueueWaiter& waiter);
@@ -96,8 +130,10 @@ class Cluster {
 
   /// An active health check's verdict.
   void set_endpoint_health(std::size_t ep, bool healthy, TimePoint now);
-  /// DNS gave the endpoint a different address set: it ramps again.
-  void endpoint_moved(std::size_t ep, TimePoint now);
+  /// An operator drains, disables or enables an endpoint. False: no change.
+  bool set_endpoint_admin(std::size_t ep, core::AdminState s, TimePoint now);
+  /// An operator's weight (nullopt: back to the configured one).
+  void set_endpoint_weight(std::size_t ep, std::optional<double> w);
 
   // Fleet quotas: the quota sync's two entry points, each a short critical
   // section on the sync's own thread (src/quota, docs/algorithms.md).
@@ -108,6 +144,8 @@ class Cluster {
 
   bool limited() const noexcept { return limited_; }
   std::size_t available_endpoints() const;
+  /// The gate modes in force (throttle, quota, queue).
+  std::array<core::GateMode, 3> modes();
 
   /// For metrics and the admin page (takes the lock).
   struct Snapshot {
@@ -119,18 +157,23 @@ class Cluster {
     std::vector<double> tenant_usage;  ///< by TenantId, CPU-s/s
     std::vector<double> tenant_quota;
     double retry_share = 0;
+    double retry_budget = 0;  ///< retries the budget would allow now
   };
   Snapshot snapshot(TimePoint now);
 
  private:
-  /// Copies the endpoint set's state into the Endpoint atomics. Under mu_.
+  /// Copies the endpoint set's state into the Endpoint atomics. Under the lock.
   void publish_endpoints(bool weights_changed);
+  /// Passes the endpoint set's ready share to the pipeline, unless retired. Under the lock.
+  void rescale();
   static void post_wakes();
 
-  std::mutex mu_;
-  core::Admission admission_;
+  std::shared_ptr<ClusterCore> core_;
+  core::Admission& admission_;
   core::EndpointSet eps_;
   const bool limited_;
+  bool shared_core_ = false;
+  std::atomic<bool> retired_{false};
 };
 
 /// A concurrency permit of a cluster. It ends in one of two ways: finish()

@@ -40,7 +40,7 @@ struct Exchange::Attempt {
 };
 
 Exchange::Exchange(Worker& w, Listener& l, Downstream& d, ExchangeBuffers& b, TimePoint start)
-    : w_(w), l_(l), d_(d), b_(b), rt_(*w.rt), rec_(w, l, d, b, start), wait_(b.wait_timer, d) {
+    : w_(w), l_(l), d_(d), b_(b), rt_(l.runtime()), rec_(w, l, d, b, start), wait_(b.wait_timer, d) {
   executor = w.ctx.get_executor();
 }
 
@@ -131,6 +131,19 @@ awaitable<bool> Exchange::refuse(Reason r, std::string_view detail) { co_return 
 
 awaitable<bool> Exchange::run() {
   const auto& info = b_.req;
+  // First: every answer and log line, refusals included, carries it.
+  if (info.request_id >= 0) {
+    rec_.request_id = b_.req_head.value(info.request_id);
+  } else {
+    static constexpr char hex[] = "0123456789abcdef";
+    const std::uint64_t a = w_.rng.next(), b = w_.rng.next();
+    for (int i = 0; i < 16; ++i) {
+      b_.request_id[i] = hex[(a >> (i * 4)) & 0xf];
+      b_.request_id[16 + i] = hex[(b >> (i * 4)) & 0xf];
+    }
+    rec_.request_id = std::string_view(b_.request_id, 32);
+  }
+  b_.request_id_out = rec_.request_id;  // returned to the client with the answer
   cls_ = l_.classifier.classify(http::authority(b_.req_head, info), info.target, b_.req_head.fields(),
                                 core::PeerView{d_.peer().address, d_.peer().identity}, rec_.start);
   count_untrusted();  // proxy/trust.cpp
@@ -148,17 +161,6 @@ awaitable<bool> Exchange::run() {
     const std::string detail =
         rt_.cfg->headers.criticality + " must be CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE";
     co_return co_await fail(Reason::BadCriticality, detail);
-  }
-  if (info.request_id >= 0) {
-    rec_.request_id = b_.req_head.value(info.request_id);
-  } else {
-    static constexpr char hex[] = "0123456789abcdef";
-    const std::uint64_t a = w_.rng.next(), b = w_.rng.next();
-    for (int i = 0; i < 16; ++i) {
-      b_.request_id[i] = hex[(a >> (i * 4)) & 0xf];
-      b_.request_id[16 + i] = hex[(b >> (i * 4)) & 0xf];
-    }
-    rec_.request_id = std::string_view(b_.request_id, 32);
   }
   // A small body is read whole before admission, so a client trickling it
   // in holds no permit meanwhile (a larger one streams once admitted, at
@@ -399,11 +401,11 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   Endpoint& ep = *cluster_->endpoints[a.endpoint];
   const TimePoint t = now();
   Fuse* fuse = fuse_.fuse();
-  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_) : w_.pool.take(cluster_->index, a.endpoint, t);
+  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_) : w_.pool.take(*cluster_, a.endpoint, t);
   if (up_) {
     a.reused = true;
   } else {
-    up_ = std::make_unique<UpstreamConn>(w_.ctx.get_executor(), cluster_->index, a.endpoint,
+    up_ = std::make_unique<UpstreamConn>(w_.ctx.get_executor(), *cluster_, a.endpoint,
                                          ep.addr_generation.load(std::memory_order_acquire));
     // Counted before connecting: nothing may open one more while this one connects.
     if (fuse) fuse->note_open(*up_);
@@ -463,7 +465,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
   const TimePoint t = now();
   http::UpstreamHead u{b_.req_head, info, rt_.rewrite_names};
   u.client_ip = b_.client_ip();
-  u.default_host = cluster_->endpoints[a.endpoint]->label;
+  u.default_host = cluster_->endpoints[a.endpoint]->authority;
   if (info.request_id < 0) u.generated_id = rec_.request_id;
   if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - t;
   u.grpc_timeout = cls_.grpc_timeout;

@@ -45,6 +45,8 @@ struct ExchangeBuffers {
   Downstream* up_watch_target = nullptr;
   bool upstream_spoke = false;
   char request_id[32];
+  std::string_view request_id_out;  ///< the request's id, once known (answers carry it)
+  std::string extra;                ///< extra header lines of a local answer
   char client[64];  ///< "ip:port" of the client, for logs
   std::size_t client_len = 0;
   std::size_t ip_len = 0;  ///< the "ip" part of client (brackets stripped for IPv6)
@@ -68,6 +70,7 @@ struct ExchangeBuffers {
     up_watch_target = nullptr;
     upstream_spoke = false;
     client_len = ip_len = ip_off = 0;
+    request_id_out = {};
   }
 };
 

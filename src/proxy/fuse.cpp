@@ -87,6 +87,7 @@ std::unique_ptr<UpstreamConn> Fuse::take(std::size_t e, core::TimePoint t, const
 }
 
 void Fuse::put(std::unique_ptr<UpstreamConn> conn, core::TimePoint t) {
+  if (retired_) return;  // closed by destruction
   conn->idle_since = t;
   conn->buf.clear();
   eps_[conn->endpoint].idle.push_back(std::move(conn));
@@ -101,6 +102,11 @@ void Fuse::note_open(UpstreamConn& conn) {
 void Fuse::note_closed(const UpstreamConn& conn) noexcept {
   --eps_[conn.endpoint].open;
   listener.fuse_open.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool Fuse::unused() const noexcept {
+  if (in_use_ > 0 || !waiters_.empty()) return false;
+  return std::all_of(eps_.begin(), eps_.end(), [](const PerEndpoint& e) { return e.open == 0; });
 }
 
 void Fuse::close_idle() {

@@ -50,8 +50,16 @@ class Fuse {
   void note_open(UpstreamConn& conn);
   void note_closed(const UpstreamConn& conn) noexcept;
   void close_idle();
+  /// Replaced by a reload: connections coming back are closed, not pooled.
+  void retire() noexcept {
+    retired_ = true;
+    close_idle();
+  }
+  /// Nothing holds or waits for it any more (a retired fuse can go).
+  bool unused() const noexcept;
 
  private:
+  bool retired_ = false;
   struct PerEndpoint {
     std::vector<std::unique_ptr<UpstreamConn>> idle;
     std::uint32_t open = 0;

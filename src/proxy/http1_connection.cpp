@@ -22,7 +22,7 @@ using core::Reason;
 namespace beast_http = boost::beast::http;
 
 Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::Address& addr, std::uint16_t port)
-    : w_(w), l_(l), stream_(std::move(s)) {
+    : w_(w), l_(&l), slot_(l.slot->id), slot_state_(l.slot), stream_(std::move(s)) {
   peer_.address = addr;
   peer_.port = port;
   error_code ec;
@@ -32,9 +32,10 @@ Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::A
 
 Http1Connection::~Http1Connection() {
   w_.put_read_buffer(std::move(in_));
-  l_.connections.fetch_sub(1, std::memory_order_relaxed);
+  // The slot's counts: l_ may be of a Runtime already gone.
+  slot_state_->connections.fetch_sub(1, std::memory_order_relaxed);
   w_.connections.fetch_sub(1, std::memory_order_relaxed);
-  l_.source_leave(peer_.address);
+  slot_state_->source_leave(peer_.address);
 }
 
 void Http1Connection::start(std::shared_ptr<Http1Connection> c) {
@@ -86,13 +87,13 @@ awaitable<void> Http1Connection::run() {
   auto self = shared_from_this();
   // The handshake, once: run() starts again each time a rested connection
   // becomes readable (rest()).
-  if (l_.tls && !stream_.tls()) {  // proxy/tls_context.cpp
+  if (l_->tls && !stream_.tls()) {  // proxy/tls_context.cpp
     peer_.tls = true;
-    if (!co_await accept_tls(stream_, *l_.tls, *w_.rt->metrics, w_.index, l_.index)) {
+    if (!co_await accept_tls(stream_, *l_->tls, *w_.rt->metrics, w_.index, l_->index)) {
       stream_.close();
       co_return;
     }
-    if (l_.tls->client_certificates()) {  // mTLS: the verified certificate's names
+    if (l_->tls->client_certificates()) {  // mTLS: the verified certificate's names
       identity_ = peer_identity(stream_.ssl());
       if (!identity_.empty()) peer_.identity = &identity_;
     }
@@ -107,7 +108,7 @@ awaitable<void> Http1Connection::run() {
       if (!resumed_) {
         const bool fresh = served_ == 0;
         if (fresh) parked_ = true;
-        w_.idle(*this, l_, now(), fresh);
+        w_.idle(*this, slot_, now(), fresh);
       }
       bool got = false;
       for (;;) {
@@ -154,12 +155,16 @@ awaitable<void> Http1Connection::run() {
     ++served_;
     if (!keep) break;
     if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
-    if (shed_run_ >= 2 && l_.cfg.shed_backoff > core::Duration::zero()) {
+    // The listener of the worker's Runtime now (l_ belongs to the request
+    // just served, whose Runtime a reload may have retired meanwhile).
+    const Listener* now_l = w_.listener_in_slot(slot_);
+    if (!now_l) break;
+    if (shed_run_ >= 2 && now_l->cfg.shed_backoff > core::Duration::zero()) {
       // Refused again and again: read this one less often, so that a flood
       // of requests that are shed cannot take the worker from the ones
       // being served (its answers already went out, with Retry-After).
       const auto wait = std::min<core::Duration>(std::chrono::milliseconds(1L << std::min(shed_run_ - 2, 16u)),
-                                                 l_.cfg.shed_backoff);
+                                                 now_l->cfg.shed_backoff);
       Timer t(w_.ctx.get_executor(), wait);
       co_await t.async_wait(nothrow);
       if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
@@ -214,6 +219,11 @@ void Http1Connection::format_client() {
 }
 
 awaitable<bool> Http1Connection::serve() {
+  // Each request runs under the worker's Runtime of the moment (a reload
+  // applies from the next request on), which it keeps alive to its end.
+  const Worker::Pin hold(w_);
+  l_ = w_.listener_in_slot(slot_);
+  if (!l_) co_return false;  // a reload removed the listener
   b_ = w_.take_buffers();
   // The scratch goes back to the pool when this request is done, after the
   // exchange (declared below) has settled its record.
@@ -233,7 +243,7 @@ awaitable<bool> Http1Connection::serve() {
   Reason why = Reason::None;
   const HeadResult head = co_await read_head(why);
   if (head == HeadResult::Closed) co_return false;
-  Exchange ex(w_, l_, *this, *b_, now());
+  Exchange ex(w_, *l_, *this, *b_, now());
   if (head == HeadResult::Failed) {
     close_after_ = true;
     co_await ex.refuse(why);
@@ -247,7 +257,7 @@ awaitable<bool> Http1Connection::serve() {
   keep_alive_ = p.keep_alive();
   head_ = info.method == http::Verb::head;
   // What HTTP/1.1 itself rules out, before anything else looks at the request.
-  if (info.method_str.size() + info.target.size() + 10 > l_.cfg.max_request_line) {
+  if (info.method_str.size() + info.target.size() + 10 > l_->cfg.max_request_line) {
     close_after_ = true;
     co_await ex.refuse(Reason::UriTooLong);
     co_return false;
@@ -279,11 +289,11 @@ awaitable<bool> Http1Connection::serve() {
 
 awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
   auto& b = *b_;
-  b.req_head.set_max_fields(l_.cfg.max_headers);
+  b.req_head.set_max_fields(l_->cfg.max_headers);
   b.req_parser.emplace(b.req_head, b.req, b.req_body, w_.rt->rewrite_names.request_id);
   auto& p = *b.req_parser;
-  p.header_limit(l_.cfg.max_header_bytes);
-  b.watchdog.arm(now() + l_.cfg.header_timeout, Watchdog::Phase::Header, *this);
+  p.header_limit(l_->cfg.max_header_bytes);
+  b.watchdog.arm(now() + l_->cfg.header_timeout, Watchdog::Phase::Header, *this);
   for (;;) {
     if (!in_->empty()) {
       error_code ec;
@@ -302,7 +312,7 @@ awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
         const auto v = in_->view();
         const auto eol = v.find("\r\n");
         const bool long_line = b.req.method_str.empty() && !b.req.too_many_fields &&
-                               (eol == std::string_view::npos ? v.size() : eol) > l_.cfg.max_request_line;
+                               (eol == std::string_view::npos ? v.size() : eol) > l_->cfg.max_request_line;
         why = long_line ? Reason::UriTooLong : Reason::HeaderTooLarge;
         co_return HeadResult::Failed;
       }
@@ -346,9 +356,9 @@ std::optional<std::uint64_t> Http1Connection::body_length() const noexcept {
 bool Http1Connection::body_done() const noexcept { return b_->req_parser->is_done(); }
 
 core::TimePoint Http1Connection::rate_deadline(core::TimePoint start, std::uint64_t bytes) const noexcept {
-  if (l_.cfg.min_rate == 0) return core::TimePoint::max();
-  return start + l_.cfg.min_rate_grace +
-         core::from_seconds(static_cast<double>(bytes) / static_cast<double>(l_.cfg.min_rate));
+  if (l_->cfg.min_rate == 0) return core::TimePoint::max();
+  return start + l_->cfg.min_rate_grace +
+         core::from_seconds(static_cast<double>(bytes) / static_cast<double>(l_->cfg.min_rate));
 }
 
 awaitable<BodyRead> Http1Connection::read_body() {
@@ -394,7 +404,7 @@ awaitable<bool> Http1Connection::write(const http::Buffers& bufs) {
   // (its deadline).
   const auto t = now();
   const std::size_t size = asio::buffer_size(bufs);
-  b_->watchdog.arm_at_most(std::min(t + l_.cfg.body_timeout, rate_deadline(t, size)), Watchdog::Phase::Write, *this);
+  b_->watchdog.arm_at_most(std::min(t + l_->cfg.body_timeout, rate_deadline(t, size)), Watchdog::Phase::Write, *this);
   auto [ec, n] = co_await stream_.write_all(bufs);
   tx_ += n;
   co_return !ec;
@@ -435,6 +445,7 @@ awaitable<bool> Http1Connection::send_response(const ResponseStart& r, std::stri
   d.close = close_after_;
   d.keep_alive_10 = ver10 && !close_after_;
   d.no_retry = r.no_retry;
+  if (rt.cfg->headers.return_request_id) d.request_id = b_->request_id_out;
   auto& out = b_->out;
   out.clear();
   http::write_downstream_head(out, d);
@@ -470,6 +481,11 @@ awaitable<bool> Http1Connection::send_local(http::LocalReply& r) {
   close_after_ = r.close;
   r.keep_alive_10 = !r.close && b_->req.version == 10;
   r.head = head_;
+  if (rt.cfg->headers.return_request_id && !b_->request_id_out.empty()) {
+    b_->extra.assign(r.extra);
+    b_->extra.append(rt.rewrite_names.request_id).append(": ").append(b_->request_id_out).append("\r\n");
+    r.extra = b_->extra;
+  }
   auto& out = b_->out;
   out.clear();
   http::write_http1(out, r);

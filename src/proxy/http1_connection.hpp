@@ -20,6 +20,7 @@
 #include "proxy/exchange_buffers.hpp"
 #include "proxy/io_buffer.hpp"
 #include "proxy/stream.hpp"
+#include "proxy/listener.hpp"
 #include "proxy/watchdog.hpp"
 #include "proxy/worker.hpp"
 
@@ -79,7 +80,9 @@ class Http1Connection final : public Downstream,
   void on_deadline(Watchdog::Phase p) noexcept override;
 
   Worker& w_;
-  Listener& l_;
+  Listener* l_;  ///< of the request in progress's Runtime (serve() renews it)
+  const std::size_t slot_;
+  const std::shared_ptr<ListenerSlot> slot_state_;  ///< counts and guards, whatever the Runtime
   Stream stream_;
   Peer peer_;
   core::PeerIdentity identity_;  ///< a verified client certificate's names (peer_.identity points here)

@@ -22,39 +22,55 @@ core::Address mapped(const asio::ip::address& a) noexcept {
   return a.to_v6().to_bytes();
 }
 
-Listener::Listener(const config::ListenerConfig& c, std::size_t i, core::Classifier cl, std::vector<Route> r)
-    : cfg(c), index(i), classifier(std::move(cl)), routes(std::move(r)) {}
+std::string slot_key(const config::ListenerConfig& c) {
+  const bool v6 = c.address.find(':') != std::string::npos;
+  return (v6 ? "[" + c.address + "]" : c.address) + ":" + std::to_string(c.port);
+}
+
+Listener::Listener(Runtime& rt, const config::ListenerConfig& c, std::size_t i, core::Classifier cl,
+                   std::vector<Route> r, std::shared_ptr<ListenerSlot> s)
+    : cfg(c),
+      index(i),
+      slot(std::move(s)),
+      classifier(std::move(cl)),
+      routes(std::move(r)),
+      connections(slot->connections),
+      refusing(slot->refusing),
+      fuse_open(slot->fuse_open),
+      fuse_in_use(slot->fuse_in_use),
+      fuse_waiting(slot->fuse_waiting),
+      rt_(rt) {}
 
 bool Listener::uses_fuse() const noexcept {
   return batch() || std::any_of(routes.begin(), routes.end(), [](const Route& r) { return r.fuse; });
 }
 
-bool Listener::take_accept_token(core::TimePoint t) {
-  if (cfg.accept_rate <= 0) return true;
+bool ListenerSlot::take_accept_token(double rate, core::TimePoint t) {
+  if (rate <= 0) return true;
   std::lock_guard lk(rate_mu_);
-  const double burst = std::max(1.0, cfg.accept_rate);  // up to one second's worth at once
+  const double burst = std::max(1.0, rate);  // up to one second's worth at once
   if (tokens_ < 0) {
     tokens_ = burst;
     last_refill_ = t;
   }
-  tokens_ = std::min(burst, tokens_ + core::to_seconds(t - last_refill_) * cfg.accept_rate);
+  tokens_ = std::min(burst, tokens_ + core::to_seconds(t - last_refill_) * rate);
   last_refill_ = t;
   if (tokens_ < 1.0) return false;
   tokens_ -= 1.0;
   return true;
 }
 
-bool Listener::source_enter(const core::Address& addr) {
-  if (cfg.max_connections_per_source == 0) return true;
+bool ListenerSlot::source_enter(const core::Address& addr, std::uint32_t cap) {
+  if (cap == 0) return true;
   std::lock_guard lk(src_mu_);
   auto& n = per_source_[addr];
-  if (n >= cfg.max_connections_per_source) return false;
+  if (n >= cap) return false;
   ++n;
   return true;
 }
 
-void Listener::source_leave(const core::Address& addr) {
-  if (cfg.max_connections_per_source == 0) return;
+void ListenerSlot::source_leave(const core::Address& addr) {
+  // Also when the cap is now 0: a reload may have lifted it since.
   std::lock_guard lk(src_mu_);
   auto it = per_source_.find(addr);
   if (it == per_source_.end()) return;
@@ -66,8 +82,8 @@ namespace {
 /// Refuses a connection politely: reads what the client sends first, briefly
 /// (closing at once would reset the connection before it reads the answer),
 /// answers 503 with Retry-After and the reason, closes.
-awaitable<void> refuse(Worker& w, Socket s, Listener& l, core::Reason reason) {
-  l.refusing.fetch_add(1, std::memory_order_relaxed);
+awaitable<void> refuse(Worker& w, Socket s, std::shared_ptr<ListenerSlot> l, core::Reason reason) {
+  l->refusing.fetch_add(1, std::memory_order_relaxed);
   Timer t(w.ctx.get_executor(), std::chrono::milliseconds(200));
   t.async_wait([&s](error_code ec) {
     if (!ec) {
@@ -87,23 +103,32 @@ awaitable<void> refuse(Worker& w, Socket s, Listener& l, core::Reason reason) {
   error_code ec;
   s.shutdown(tcp::socket::shutdown_both, ec);
   s.close(ec);
-  l.refusing.fetch_sub(1, std::memory_order_relaxed);
+  l->refusing.fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 
-awaitable<void> accept_loop(Worker& w, Acceptor& a, Listener& l) {
-  auto& m = *w.rt->metrics;
+awaitable<void> accept_loop(Worker& w, std::shared_ptr<Acceptor> a, std::size_t slot) {
   for (;;) {
-    auto [ec, sock] = co_await a.async_accept(nothrow);
+    auto [ec, sock] = co_await a->async_accept(nothrow);
     if (ec) {
-      if (ec == asio::error::operation_aborted || w.draining()) co_return;
+      if (ec == asio::error::operation_aborted || !a->is_open() || w.draining()) co_return;
       // EMFILE and friends: back off briefly rather than spin.
-      spdlog::warn("accept on {}: {}", l.cfg.name, ec.message());
+      spdlog::warn("accept on {}: {}", w.listener_in_slot(slot) ? w.listener_in_slot(slot)->cfg.name : "?", ec.message());
       Timer t(w.ctx.get_executor(), std::chrono::milliseconds(10));
       co_await t.async_wait(nothrow);
       continue;
     }
+    // The listener this slot has in the worker's Runtime now (a reload may
+    // have replaced the one the loop started with).
+    Listener* lp = w.listener_in_slot(slot);
+    if (!lp) {
+      error_code ig;
+      sock.close(ig);
+      continue;
+    }
+    Listener& l = *lp;
+    auto& m = *l.runtime().metrics;
     const std::uint32_t conns = l.connections.load(std::memory_order_relaxed);
     const std::uint32_t cap = l.cfg.max_connections;
     core::Address addr{};
@@ -127,7 +152,7 @@ awaitable<void> accept_loop(Worker& w, Acceptor& a, Listener& l) {
       // not far beyond the cap); beyond that, close at once.
       const std::uint32_t margin = std::max<std::uint32_t>(16, cap / 10);
       if (l.refusing.load(std::memory_order_relaxed) < 1024 && conns < cap + margin) {
-        asio::co_spawn(w.ctx, refuse(w, std::move(sock), l, core::Reason::ConnectionLimit), asio::detached);
+        asio::co_spawn(w.ctx, refuse(w, std::move(sock), l.slot, core::Reason::ConnectionLimit), asio::detached);
       } else {
         error_code ig;
         sock.set_option(asio::socket_base::linger(true, 0), ig);
@@ -136,12 +161,13 @@ awaitable<void> accept_loop(Worker& w, Acceptor& a, Listener& l) {
       continue;
     }
     // Near the cap, idle keep-alive connections make room first.
-    if (conns + 1 > cap - cap / 10) w.close_idle(l, conns + 1 - (cap - cap / 10));
+    if (conns + 1 > cap - cap / 10) w.close_idle(slot, conns + 1 - (cap - cap / 10));
     l.connections.fetch_add(1, std::memory_order_relaxed);
     w.connections.fetch_add(1, std::memory_order_relaxed);
     m.connections.inc(w.index, l.index);
-    // The connection gives its place back when it is destroyed: it may
-    // rest between requests with no coroutine running (Http1Connection::rest).
+    // The connection gives its place back when it is destroyed (to the
+    // slot, not the listener: it may outlive this Runtime); it may rest
+    // between requests with no coroutine running (Http1Connection::rest).
     Http1Connection::start(std::make_shared<Http1Connection>(w, l, std::move(sock), addr, port));
   }
 }

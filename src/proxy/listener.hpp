@@ -2,6 +2,11 @@
 // connection guards every worker's acceptor for it shares (the connection
 // cap, the accept-rate token bucket, the per-source cap). Each worker runs
 // its own accept loop on its own SO_REUSEPORT socket (accept_loop).
+//
+// What belongs to the address rather than to one configuration lives in a
+// ListenerSlot, which a reload carries over for every listener that keeps
+// its address and port: the guards' counts, and the workers' sockets and
+// idle-connection lists (indexed by the slot's id).
 #pragma once
 
 #include <array>
@@ -23,35 +28,15 @@ namespace levee::proxy {
 
 class Cluster;
 class ServerTls;
+class Runtime;
 class Worker;
 
-/// What the data plane adds to a core route rule.
-struct Route {
-  Cluster* cluster = nullptr;
-  std::string name;          ///< metric label and log field
-  std::size_t metric_index;  ///< into the request metrics' route axis
-  bool fuse = false;         ///< through a fuse pool
-};
-
-/// The peer address as classification sees it: IPv4 as IPv4-mapped.
-core::Address mapped(const asio::ip::address& a) noexcept;
-
-class Listener {
+/// The part of a listener that outlives reloads: one per address and port.
+class ListenerSlot {
  public:
-  Listener(const config::ListenerConfig& c, std::size_t index, core::Classifier classifier,
-           std::vector<Route> routes);
-
-  const config::ListenerConfig& cfg;
-  const std::size_t index;
-  const core::Classifier classifier;
-  const std::vector<Route> routes;  ///< parallel to classifier.routes()
-  /// TLS termination (proxy/tls_context.hpp); null: cleartext.
-  std::shared_ptr<const ServerTls> tls;
-
-  bool batch() const noexcept { return cfg.mode == config::ListenerConfig::Mode::Batch; }
-  /// Whether any of its traffic goes through a fuse: a batch listener, or a
-  /// route marked `fuse`.
-  bool uses_fuse() const noexcept;
+  ListenerSlot(std::size_t slot_id, std::string k) : id(slot_id), key(std::move(k)) {}
+  const std::size_t id;   ///< into each worker's per-slot tables
+  const std::string key;  ///< "address:port"
 
   std::atomic<std::uint32_t> connections{0};
   std::atomic<std::uint32_t> refusing{0};  ///< polite refusals in progress
@@ -60,10 +45,8 @@ class Listener {
   std::atomic<std::uint32_t> fuse_in_use{0};
   std::atomic<std::uint32_t> fuse_waiting{0};
 
-  /// Accept-rate limit: a token bucket shared by the workers.
-  bool take_accept_token(core::TimePoint now);
-  /// Per-source connection cap; true when the source may open one more.
-  bool source_enter(const core::Address& addr);
+  bool take_accept_token(double rate, core::TimePoint now);
+  bool source_enter(const core::Address& addr, std::uint32_t cap);
   void source_leave(const core::Address& addr);
 
  private:
@@ -81,8 +64,61 @@ class Listener {
   std::unordered_map<core::Address, std::uint32_t, AddrHash> per_source_;
 };
 
-/// One worker's accept loop on one listener: connection guards, then a
-/// connection of the listener's protocol.
-awaitable<void> accept_loop(Worker& w, Acceptor& a, Listener& l);
+/// "address:port", the identity of a listener's socket across reloads.
+std::string slot_key(const config::ListenerConfig& c);
+
+/// What the data plane adds to a core route rule.
+struct Route {
+  Cluster* cluster = nullptr;
+  std::string name;          ///< metric label and log field
+  std::size_t metric_index;  ///< into the request metrics' route axis
+  bool fuse = false;         ///< through a fuse pool
+};
+
+/// The peer address as classification sees it: IPv4 as IPv4-mapped.
+core::Address mapped(const asio::ip::address& a) noexcept;
+
+class Listener {
+ public:
+  Listener(Runtime& rt, const config::ListenerConfig& c, std::size_t index, core::Classifier classifier,
+           std::vector<Route> routes, std::shared_ptr<ListenerSlot> slot);
+
+  const config::ListenerConfig& cfg;
+  const std::size_t index;
+  const std::shared_ptr<ListenerSlot> slot;
+  const core::Classifier classifier;
+  const std::vector<Route> routes;  ///< parallel to classifier.routes()
+  /// TLS termination (proxy/tls_context.hpp); null: cleartext.
+  std::shared_ptr<const ServerTls> tls;
+
+  bool batch() const noexcept { return cfg.mode == config::ListenerConfig::Mode::Batch; }
+  /// Whether any of its traffic goes through a fuse: a batch listener, or a
+  /// route marked `fuse`.
+  bool uses_fuse() const noexcept;
+
+  /// The Runtime this listener belongs to (what its requests use).
+  Runtime& runtime() const noexcept { return rt_; }
+
+  // The slot's, under the names the rest of the proxy uses.
+  std::atomic<std::uint32_t>& connections;
+  std::atomic<std::uint32_t>& refusing;
+  std::atomic<std::uint32_t>& fuse_open;
+  std::atomic<std::uint32_t>& fuse_in_use;
+  std::atomic<std::uint32_t>& fuse_waiting;
+
+  /// Accept-rate limit: a token bucket shared by the workers.
+  bool take_accept_token(core::TimePoint now) { return slot->take_accept_token(cfg.accept_rate, now); }
+  /// Per-source connection cap; true when the source may open one more.
+  bool source_enter(const core::Address& addr) { return slot->source_enter(addr, cfg.max_connections_per_source); }
+  void source_leave(const core::Address& addr) { slot->source_leave(addr); }
+
+ private:
+  Runtime& rt_;
+};
+
+/// One worker's accept loop on one listener slot: connection guards (of
+/// the listener the slot has in the worker's current Runtime), then a
+/// connection of the listener's protocol. Ends when the acceptor closes.
+awaitable<void> accept_loop(Worker& w, std::shared_ptr<Acceptor> a, std::size_t slot);
 
 }  // namespace levee::proxy

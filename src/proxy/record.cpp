@@ -1,5 +1,7 @@
 #include "proxy/record.hpp"
 
+#include "core/text.hpp"
+
 #include "control/access_log.hpp"
 #include "proxy/cluster.hpp"
 #include "proxy/downstream.hpp"
@@ -13,7 +15,8 @@ namespace levee::proxy {
 void Record::settle() noexcept {
   if (settled_) return;
   settled_ = true;
-  auto& m = *w_.rt->metrics;
+  auto& rt = l_.runtime();
+  auto& m = *rt.metrics;
   const std::size_t shard = w_.index;
   const double dur = core::to_seconds(now() - start);
   const auto [rx, tx] = d_.take_bytes();
@@ -34,7 +37,7 @@ void Record::settle() noexcept {
     if (endpoint < cluster->endpoints.size()) lr.endpoint = cluster->endpoints[endpoint]->label;
   }
   lr.criticality = criticality;
-  lr.tenant = w_.rt->tenants.name(tenant);
+  lr.tenant = rt.tenants.name(tenant);
   lr.duration_ms = dur * 1e3;
   lr.upstream_ms = upstream_ms;
   lr.queue_ms = queue_ms;
@@ -43,8 +46,14 @@ void Record::settle() noexcept {
   lr.reason = reason;
   lr.request_id = request_id;
   lr.attempts = attempts;
+  lr.host = http::authority(b_.req_head, b_.req);
+  if (w_.log.wants_headers()) {
+    for (const auto& f : b_.req_head.fields()) {
+      if (f.id == http::FieldId::user_agent) lr.user_agent = f.value;
+      else if (f.name.size() == 15 && core::iequals(f.name, "x-forwarded-for")) lr.xff = f.value;
+    }
+  }
   w_.log.log(lr, w_.rng.uniform());
-  (void)l_;
 }
 
 }  // namespace levee::proxy

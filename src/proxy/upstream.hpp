@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -23,8 +24,7 @@ class Runtime;
 /// A connection to one endpoint. Owned by one request at a time, or by a
 /// pool while idle; closed by destruction.
 struct UpstreamConn {
-  UpstreamConn(Executor ex, std::size_t c, std::size_t ep, std::uint64_t gen)
-      : stream(ex), buf(8 * 1024, 80 * 1024), cluster(c), endpoint(ep), generation(gen) {}
+  UpstreamConn(Executor ex, const Cluster& c, std::size_t ep, std::uint64_t gen);
   ~UpstreamConn();
   UpstreamConn(const UpstreamConn&) = delete;
   UpstreamConn& operator=(const UpstreamConn&) = delete;
@@ -35,7 +35,8 @@ struct UpstreamConn {
   Fuse* fuse = nullptr;  ///< the fuse this connection counts against
   core::TimePoint idle_since{};
   std::uint64_t uses = 0;
-  std::size_t cluster;
+  const Cluster* owner;  ///< the cluster (of some Runtime) it was made for
+  std::size_t cluster;   ///< owner's index
   std::size_t endpoint;
   std::uint64_t generation;  ///< the endpoint's address generation when connected
 };
@@ -46,11 +47,19 @@ struct UpstreamConn {
 /// the socket is checked for anything that arrived since (bytes the backend
 /// should not have sent, or its close), so a response never reaches a
 /// request it does not belong to.
+///
+/// The pool belongs to the worker's current Runtime. A reload moves idle
+/// connections to the same (cluster, address) in the new one (rebind); a
+/// connection coming back from a request of the previous Runtime is moved
+/// the same way, and one of an older Runtime is closed.
 class UpstreamPool {
  public:
   explicit UpstreamPool(const Runtime& rt);
-  std::unique_ptr<UpstreamConn> take(std::size_t cluster, std::size_t endpoint, core::TimePoint now);
+  /// Null when none is idle, or when `cluster` is not of the pool's Runtime.
+  std::unique_ptr<UpstreamConn> take(const Cluster& cluster, std::size_t endpoint, core::TimePoint now);
   void put(std::unique_ptr<UpstreamConn> c, core::TimePoint now);
+  /// Moves to `next` (on the worker's thread).
+  void rebind(const Runtime& next);
   /// Drops connections idle longer than their cluster's idle_timeout.
   void sweep(core::TimePoint now);
   void close_all();
@@ -58,8 +67,17 @@ class UpstreamPool {
   bool draining = false;
 
  private:
-  const Runtime& rt_;
+  /// Where a connection of the previous Runtime's cluster goes now.
+  struct Moved {
+    std::size_t cluster = 0;
+    std::vector<std::size_t> endpoint;  ///< new index by old; kNoEndpoint: gone
+  };
+  bool adopt(UpstreamConn& c) const;
+
+  const Runtime* rt_;
   std::vector<std::vector<std::vector<std::unique_ptr<UpstreamConn>>>> idle_;  // [cluster][endpoint]
+  std::vector<const Cluster*> owner_;  // [cluster]
+  std::map<const Cluster*, Moved> moved_;
   std::size_t idle_total_ = 0;
 };
 
@@ -68,18 +86,14 @@ class UpstreamPool {
 /// two choices over it.
 class Balancer {
  public:
-  explicit Balancer(std::size_t clusters) : views_(clusters) {}
+  /// The views live in each cluster (Cluster::views), one per worker.
+  explicit Balancer(std::size_t worker) : worker_(worker) {}
   /// kNoEndpoint when none is available. `avoid` (a retry's previous
   /// endpoint) gets one more draw.
   std::size_t pick(Cluster& c, std::size_t avoid, Rng& rng);
 
  private:
-  struct View {
-    std::uint64_t version = 0;
-    core::WeightedSet set;
-    std::vector<core::EndpointLoad> loads;
-  };
-  std::vector<View> views_;
+  std::size_t worker_;
 };
 
 }  // namespace levee::proxy

@@ -5,10 +5,12 @@
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <system_error>
 
 #include "proxy/cluster.hpp"
@@ -37,13 +39,46 @@ Worker::Worker(std::size_t i, std::shared_ptr<Runtime> r, control::AccessLog::Sh
       log(l),
       rng(0x5eed0000ull + i * 7919 + static_cast<std::uint64_t>(::getpid())),
       pool(*rt),
-      balancer(rt->clusters.size()),
+      balancer(i),
       sweep_timer_(std::in_place, ctx.get_executor()) {
-  for (std::size_t k = 0; k < rt->listeners.size(); ++k) idle_.push_back(std::make_unique<IdleLists>());
+  applied_generation.store(rt->generation);
+  size_buffers();
+}
+
+void Worker::size_buffers() {
+  std::size_t fields = 100, read_max = 80 * 1024;
   for (const auto& lc : rt->cfg->listeners) {
-    max_fields_ = std::max<std::size_t>(max_fields_, lc.max_headers);
-    read_buffer_max_ = std::max<std::size_t>(read_buffer_max_, lc.max_header_bytes + 16 * 1024);
+    fields = std::max<std::size_t>(fields, lc.max_headers);
+    read_max = std::max<std::size_t>(read_max, lc.max_header_bytes + 16 * 1024);
   }
+  if (fields != max_fields_ || read_max != read_buffer_max_) {
+    // Pooled scratch is sized for the old limits: let it go.
+    buffers_.clear();
+    read_buffers_.clear();
+  }
+  max_fields_ = fields;
+  read_buffer_max_ = read_max;
+}
+
+Worker::IdleLists* Worker::lists(std::size_t slot) {
+  if (slot >= idle_.size()) idle_.resize(slot + 1);
+  if (!idle_[slot]) idle_[slot] = std::make_unique<IdleLists>();
+  return idle_[slot].get();
+}
+
+void Worker::expire_all(IdleLists& lists) {
+  for (TimedList* list : {&lists.fresh, &lists.hot, &lists.parked}) {
+    while (auto* h = list->front()) {
+      h->unlink();
+      static_cast<IdleConnection*>(h)->expire();
+    }
+  }
+}
+
+bool Worker::serves(const Listener& l) const noexcept {
+  // A batch listener is served by one worker: its fuse is a small pool,
+  // and one worker can hold it exactly, without locks.
+  return !l.batch() || serves_batch();
 }
 
 Worker::~Worker() {
@@ -60,38 +95,131 @@ Worker::~Worker() {
   for (auto& row : fuses_)
     for (auto& f : row)
       if (f) f->close_idle();
+  for (auto& r : retired_fuses_) r.fuse->close_idle();
   buffers_.clear();
   ctx_.reset();
 }
 
+int bind_listener(const config::ListenerConfig& c) {
+  tcp::endpoint ep;
+  try {
+    ep = tcp::endpoint(asio::ip::make_address(c.address), c.port);
+  } catch (const std::system_error& e) {
+    throw std::system_error(e.code(), "listener " + c.name + " on " + c.address + ":" + std::to_string(c.port));
+  }
+  const int fd = ::socket(ep.address().is_v6() ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  auto fail = [&](int err) -> int {
+    if (fd >= 0) ::close(fd);
+    throw std::system_error(err, std::system_category(),
+                            "listener " + c.name + " on " + c.address + ":" + std::to_string(c.port));
+  };
+  if (fd < 0) return fail(errno);
+  const int one = 1, zero = 0;
+  // Each worker has its own accept queue; the kernel spreads connections.
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) return fail(errno);
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) return fail(errno);
+  if (ep.address().is_v6() && ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) != 0) return fail(errno);
+  if (::bind(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0) return fail(errno);
+  if (::listen(fd, 4096) != 0) return fail(errno);
+  return fd;
+}
+
 void Worker::open_listeners() {
   for (auto& l : rt->listeners) {
-    // A batch listener is served by one worker: its fuse is a small pool,
-    // and one worker can hold it exactly, without locks.
-    if (l->batch() && !serves_batch()) continue;
-    auto a = std::make_unique<Acceptor>(ctx.get_executor());
-    try {
-      tcp::endpoint ep(asio::ip::make_address(l->cfg.address), l->cfg.port);
-      a->open(ep.protocol());
-      a->set_option(asio::socket_base::reuse_address(true));
-      // Each worker has its own accept queue; the kernel spreads connections.
-      using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
-      a->set_option(reuse_port(true));
-      if (ep.address().is_v6()) a->set_option(asio::ip::v6_only(false));
-      a->bind(ep);
-      a->listen(4096);
-    } catch (const std::system_error& e) {
-      throw std::system_error(e.code(), "listener " + l->cfg.name + " on " + l->cfg.address + ":" +
-                                            std::to_string(l->cfg.port));
-    }
-    acceptor_listener_.push_back(l.get());
-    acceptors_.push_back(std::move(a));
+    if (!serves(*l)) continue;
+    const int fd = bind_listener(l->cfg);
+    auto a = std::make_shared<Acceptor>(ctx.get_executor());
+    const tcp::endpoint ep(asio::ip::make_address(l->cfg.address), l->cfg.port);
+    a->assign(ep.protocol(), fd);
+    const std::size_t slot = l->slot->id;
+    if (slot >= acceptors_.size()) acceptors_.resize(slot + 1);
+    acceptors_[slot] = std::move(a);
   }
+  slot_listener_.clear();
+  for (auto& l : rt->listeners) {
+    if (!serves(*l)) continue;
+    if (l->slot->id >= slot_listener_.size()) slot_listener_.resize(l->slot->id + 1, nullptr);
+    slot_listener_[l->slot->id] = l.get();
+  }
+}
+
+void Worker::unpin(const Runtime* r) noexcept {
+  if (r == rt.get()) {
+    --pins_;
+    return;
+  }
+  for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    if (it->rt.get() != r) continue;
+    if (--it->pins == 0) kept_.erase(it);  // may be the Runtime's last reference
+    return;
+  }
+}
+
+void Worker::start_acceptor(std::size_t slot, std::shared_ptr<Acceptor> a) {
+  if (slot >= acceptors_.size()) acceptors_.resize(slot + 1);
+  acceptors_[slot] = a;
+  asio::co_spawn(ctx, accept_loop(*this, std::move(a), slot), asio::detached);
+}
+
+void Worker::apply(std::shared_ptr<Runtime> next, std::vector<std::pair<std::size_t, int>> bound) {
+  // Runs on this worker's thread: nothing else touches what follows.
+  std::shared_ptr<Runtime> old = std::exchange(rt, std::move(next));
+  // Requests in progress under the old Runtime keep it (Pin).
+  if (pins_ > 0) kept_.push_back({old, std::exchange(pins_, 0u)});
+  std::vector<Listener*> served(slot_listener_.size(), nullptr);
+  for (auto& l : rt->listeners) {
+    if (!serves(*l)) continue;
+    if (l->slot->id >= served.size()) served.resize(l->slot->id + 1, nullptr);
+    served[l->slot->id] = l.get();
+  }
+  for (std::size_t s = 0; s < served.size() || s < acceptors_.size(); ++s) {
+    const bool keep = s < served.size() && served[s] != nullptr;
+    if (!keep && s < acceptors_.size() && acceptors_[s]) {
+      // A listener the new configuration no longer has: stop accepting,
+      // and close its idle connections (those in flight finish).
+      error_code ec;
+      acceptors_[s]->close(ec);
+      acceptors_[s].reset();
+      if (s < idle_.size() && idle_[s]) expire_all(*idle_[s]);
+    }
+  }
+  slot_listener_ = std::move(served);
+  for (auto& [slot, fd] : bound) {
+    auto a = std::make_shared<Acceptor>(ctx.get_executor());
+    const Listener* l = listener_in_slot(slot);
+    error_code ec;
+    if (l) {
+      const tcp::endpoint ep(asio::ip::make_address(l->cfg.address, ec), l->cfg.port);
+      if (!ec) a->assign(ep.protocol(), fd, ec);
+    }
+    if (!l || ec) {
+      ::close(fd);
+      continue;
+    }
+    if (draining_) {
+      a->close(ec);
+      continue;
+    }
+    start_acceptor(slot, std::move(a));
+  }
+  // Pooled connections follow their endpoints; fuses of the old Runtime
+  // serve its requests still in flight, then go.
+  pool.rebind(*rt);
+  for (std::size_t li = 0; li < fuses_.size(); ++li)
+    for (std::size_t ci = 0; ci < fuses_[li].size(); ++ci)
+      if (auto& f = fuses_[li][ci]) {
+        f->retire();
+        retired_fuses_.push_back({old, old->listeners[li].get(), old->clusters[ci].get(), std::move(f)});
+      }
+  fuses_.clear();
+  size_buffers();
+  log.configure(rt->cfg->access_log);
+  applied_generation.store(rt->generation, std::memory_order_release);
 }
 
 void Worker::start() {
   for (std::size_t i = 0; i < acceptors_.size(); ++i)
-    asio::co_spawn(ctx, accept_loop(*this, *acceptors_[i], *acceptor_listener_[i]), asio::detached);
+    if (acceptors_[i]) asio::co_spawn(ctx, accept_loop(*this, acceptors_[i], i), asio::detached);
   last_pool_sweep_ = now();
   arm_sweep();
   thread_ = std::thread([this] {
@@ -108,17 +236,18 @@ void Worker::begin_drain() {
     pool.draining = true;
     for (auto& a : acceptors_) {
       error_code ec;
-      a->close(ec);
+      if (a) a->close(ec);
     }
-    for (auto& lists : idle_) {
-      for (TimedList* list : {&lists->fresh, &lists->hot, &lists->parked}) {
-        while (auto* h = list->front()) {
-          h->unlink();
-          static_cast<IdleConnection*>(h)->expire();
-        }
-      }
-    }
+    for (auto& lists : idle_)
+      if (lists) expire_all(*lists);
     pool.close_all();
+  });
+}
+
+void Worker::close_idle_connections() {
+  asio::post(ctx, [this] {
+    for (auto& lists : idle_)
+      if (lists) expire_all(*lists);
   });
 }
 
@@ -129,6 +258,19 @@ void Worker::join() {
 }
 
 Fuse& Worker::fuse(Listener& l, const Cluster& c) {
+  if (&l.runtime() != rt.get()) {
+    // A request of an older Runtime (it began before a reload): its fuse.
+    for (auto& r : retired_fuses_)
+      if (r.listener == &l && r.cluster == &c) return *r.fuse;
+    std::uint32_t per_endpoint = l.cfg.fuse.connections_per_endpoint;
+    if (!l.batch()) {
+      const auto w = static_cast<std::uint32_t>(l.runtime().workers);
+      per_endpoint = per_endpoint / w + (index < per_endpoint % w ? 1u : 0u);
+    }
+    retired_fuses_.push_back({l.runtime().shared_from_this(), &l, &c, std::make_unique<Fuse>(l, c, per_endpoint)});
+    retired_fuses_.back().fuse->retire();
+    return *retired_fuses_.back().fuse;
+  }
   if (fuses_.empty()) fuses_.resize(rt->listeners.size());
   auto& row = fuses_[l.index];
   if (row.empty()) row.resize(rt->clusters.size());
@@ -177,13 +319,13 @@ void Worker::put_read_buffer(std::unique_ptr<IoBuffer> b) {
   read_buffers_.push_back(std::move(b));
 }
 
-void Worker::idle(IdleConnection& c, const Listener& l, core::TimePoint since, bool fresh) {
-  auto& lists = *idle_[l.index];
+void Worker::idle(IdleConnection& c, std::size_t slot, core::TimePoint since, bool fresh) {
+  auto& lists = *this->lists(slot);
   (fresh ? lists.fresh : lists.hot).push(c, since);
 }
 
-void Worker::close_idle(const Listener& l, std::size_t n) {
-  auto& lists = *idle_[l.index];
+void Worker::close_idle(std::size_t slot, std::size_t n) {
+  auto& lists = *this->lists(slot);
   for (TimedList* list : {&lists.parked, &lists.hot}) {
     while (n > 0 && list->front()) {
       auto* h = list->front();
@@ -203,9 +345,15 @@ void Worker::arm_sweep() {
 
 void Worker::sweep() {
   const core::TimePoint t = now();
-  for (std::size_t li = 0; li < idle_.size(); ++li) {
-    auto& lists = *idle_[li];
-    const core::Duration timeout = rt->listeners[li]->cfg.idle_timeout;
+  for (std::size_t slot = 0; slot < idle_.size(); ++slot) {
+    if (!idle_[slot]) continue;
+    auto& lists = *idle_[slot];
+    const Listener* l = listener_in_slot(slot);
+    if (!l) {
+      expire_all(lists);  // a listener a reload removed
+      continue;
+    }
+    const core::Duration timeout = l->cfg.idle_timeout;
     // Both lists are in the order connections became idle.
     while (auto* h = lists.hot.front()) {
       if (t - h->since() >= timeout) {
@@ -234,6 +382,7 @@ void Worker::sweep() {
   if (t - last_pool_sweep_ >= std::chrono::seconds(1)) {
     pool.sweep(t);
     last_pool_sweep_ = t;
+    std::erase_if(retired_fuses_, [](const RetiredFuse& r) { return r.fuse->unused(); });
   }
   arm_sweep();
 }

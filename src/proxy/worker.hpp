@@ -4,6 +4,12 @@
 // upstream connections, the balancer's view of each cluster, fuses, and the
 // lists its periodic sweep walks (idle connections, long upstream waits).
 // Other threads reach a worker only by posting to its io_context.
+//
+// A reload reaches it the same way: apply() runs on the worker's thread,
+// switches it to the new Runtime, keeps the acceptors of listener slots
+// that remain, opens the new ones from sockets bound beforehand, moves
+// pooled connections to the endpoints that remain, and retires what the old
+// Runtime's requests still use (fuses) until they are done with it.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -14,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "config/config.hpp"
 #include "control/access_log.hpp"
 #include "proxy/asio.hpp"
 #include "proxy/clock.hpp"
@@ -30,6 +37,11 @@ class Listener;
 class Runtime;
 
 /// A downstream connection the worker's sweep may act on while it is idle.
+/// A listening socket for listener c (SO_REUSEPORT, so every worker has
+/// its own accept queue), bound and listening. Throws std::system_error
+/// naming the listener, its address and port.
+int bind_listener(const config::ListenerConfig& c);
+
 class IdleConnection : public TimedHook {
  public:
   /// Idle for a while: give the read buffer back to the pool.
@@ -53,6 +65,15 @@ class Worker {
   void start();
   /// Stops accepting and closes idle keep-alive connections (drain).
   void begin_drain();
+  /// Closes idle keep-alive connections (a drain that keeps accepting).
+  void close_idle_connections();
+  /// Whether this worker accepts on listener l (a batch listener has one worker).
+  bool serves(const Listener& l) const noexcept;
+  /// Switches to `next`, on this worker's thread (posted by the reload).
+  /// `bound`: listening sockets for the slots new to this worker, by slot id.
+  void apply(std::shared_ptr<Runtime> next, std::vector<std::pair<std::size_t, int>> bound);
+  /// The Runtime generation this worker runs (written by its thread).
+  std::atomic<std::uint64_t> applied_generation{0};
   void stop();
   void join();
 
@@ -65,7 +86,25 @@ class Worker {
  public:
   asio::io_context& ctx;
   const std::size_t index;
-  const std::shared_ptr<Runtime> rt;
+  /// The Runtime new requests use. Changed only on this thread (apply).
+  std::shared_ptr<Runtime> rt;
+
+  /// Keeps the worker's Runtime alive while a request runs under it, with
+  /// no atomic operation: a request pins the current Runtime (a count on
+  /// this thread); apply() keeps the one it replaces until its pins are
+  /// gone. (A shared_ptr copy per request would bounce one reference
+  /// count between every worker's cache.)
+  class Pin {
+   public:
+    explicit Pin(Worker& w) noexcept : w_(w), rt_(w.rt.get()) { ++w_.pins_; }
+    ~Pin() { w_.unpin(rt_); }
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+
+   private:
+    Worker& w_;
+    const Runtime* rt_;
+  };
   control::AccessLog::Shard& log;
   Rng rng;
   UpstreamPool pool;
@@ -76,6 +115,10 @@ class Worker {
   bool draining() const noexcept { return draining_; }
   bool serves_batch() const noexcept { return index == 0; }
   Fuse& fuse(Listener& l, const Cluster& c);
+  /// The listener a slot has in this worker's Runtime (null: none here).
+  Listener* listener_in_slot(std::size_t slot) const noexcept {
+    return slot < slot_listener_.size() ? slot_listener_[slot] : nullptr;
+  }
 
   // Pools ---------------------------------------------------------------------
   std::unique_ptr<ExchangeBuffers> take_buffers();
@@ -87,9 +130,9 @@ class Worker {
   /// An idle connection of listener l joins at the back. fresh: it has not
   /// sent a request yet (it waits without a buffer, and is not an idle
   /// keep-alive connection to close for room).
-  void idle(IdleConnection& c, const Listener& l, core::TimePoint since, bool fresh);
-  /// Closes up to n idle keep-alive connections of l, oldest first (near the cap).
-  void close_idle(const Listener& l, std::size_t n);
+  void idle(IdleConnection& c, std::size_t slot, core::TimePoint since, bool fresh);
+  /// Closes up to n idle keep-alive connections of a slot, oldest first (near the cap).
+  void close_idle(std::size_t slot, std::size_t n);
   TimedList upstream_waits;  ///< exchanges waiting for a response head
 
   // Executor-load probe: posted by the sampler, timed here.
@@ -100,16 +143,36 @@ class Worker {
  private:
   void sweep();
   void arm_sweep();
+  void start_acceptor(std::size_t slot, std::shared_ptr<Acceptor> a);
+  void size_buffers();
 
   struct IdleLists {
     TimedList fresh;   ///< accepted, no request yet: no buffer
     TimedList hot;     ///< idle after a request, still holding a read buffer
     TimedList parked;  ///< idle past park_after: no buffer
   };
-  std::vector<std::unique_ptr<Acceptor>> acceptors_;
-  std::vector<Listener*> acceptor_listener_;
-  std::vector<std::unique_ptr<IdleLists>> idle_;  // [listener]
-  std::vector<std::vector<std::unique_ptr<Fuse>>> fuses_;  // [listener][cluster]
+  IdleLists* lists(std::size_t slot);
+  static void expire_all(IdleLists& lists);
+  std::vector<std::shared_ptr<Acceptor>> acceptors_;  // [slot]; null: not served here
+  std::vector<Listener*> slot_listener_;              // [slot]; in rt
+  std::vector<std::unique_ptr<IdleLists>> idle_;      // [slot]
+  std::vector<std::vector<std::unique_ptr<Fuse>>> fuses_;  // [listener][cluster] of rt
+  /// Fuses of older Runtimes still used by their requests; freed once idle.
+  struct RetiredFuse {
+    std::shared_ptr<Runtime> rt;
+    const Listener* listener;
+    const Cluster* cluster;
+    std::unique_ptr<Fuse> fuse;
+  };
+  std::vector<RetiredFuse> retired_fuses_;
+  /// Requests running under rt (Pin), and replaced Runtimes kept for theirs.
+  std::uint32_t pins_ = 0;
+  struct Kept {
+    std::shared_ptr<Runtime> rt;
+    std::uint32_t pins;
+  };
+  std::vector<Kept> kept_;
+  void unpin(const Runtime* r) noexcept;
   std::vector<std::unique_ptr<ExchangeBuffers>> buffers_;
   std::vector<std::unique_ptr<IoBuffer>> read_buffers_;
   std::size_t max_fields_ = 100;

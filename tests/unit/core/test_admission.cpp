@@ -296,3 +296,37 @@ TEST_CASE("an over-quota tenant is demoted, not refused, while capacity is spare
   CHECK(sim.by_tenant[1].rejected == 0);
   CHECK(sim.by_tenant[1].served == sim.by_tenant[1].offered);
 }
+
+TEST_CASE("gate modes switch on a running pipeline, which keeps what it holds", "[admission][reload]") {
+  Admission a(static_limit(1));
+  std::vector<QueueGate::Wake> wakes;
+  auto sink = [&](const QueueGate::Wake& w) { wakes.push_back(w); };
+  TimePoint t{};
+  Arrival r{Criticality::Critical, kDefaultTenant, 1, t, t + 1s, 0.5, 1};
+  REQUIRE(a.admit(r, sink).permit);
+  // The queue gate in dry run: over the limit is counted and let through.
+  a.set_modes(GateMode::Enforce, GateMode::Enforce, GateMode::DryRun);
+  auto v = a.admit(r, sink);
+  CHECK(v.granted());
+  CHECK(v.dry_run == Reason::QueueWait);
+  CHECK(a.queue().in_flight() == 2);
+  // Enforced again: the two permits out still count.
+  a.set_modes(GateMode::Enforce, GateMode::Enforce, GateMode::Enforce);
+  CHECK(a.admit(r, sink).queued());
+}
+
+TEST_CASE("same_shape ignores gate modes and nothing else", "[admission][reload]") {
+  AdmissionConfig a = static_limit(8);
+  AdmissionConfig b = a;
+  b.throttle_mode = GateMode::DryRun;
+  b.queue_mode = GateMode::Off;
+  CHECK(same_shape(a, b));
+  b.limit.static_limit = 9;
+  CHECK_FALSE(same_shape(a, b));
+  b = a;
+  b.quotas = {1.0};
+  CHECK_FALSE(same_shape(a, b));
+  b = a;
+  b.queue.target = 10ms;
+  CHECK_FALSE(same_shape(a, b));
+}

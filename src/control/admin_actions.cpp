@@ -1,0 +1,275 @@
+// The admin API: routing, authorisation and the runtime actions.
+//
+//   GET  /metrics /healthz /ready /admin/clusters /admin/config /admin/info /admin/stats
+//   POST /admin/reload                      the file again (as SIGHUP), errors in the answer
+//   POST /admin/drain, /admin/undrain       a drain without exiting, and its undoing
+//   POST /admin/endpoint/{drain,disable,enable}?cluster=C&endpoint=ADDR:PORT
+//   POST /admin/endpoint/weight?cluster=C&endpoint=ADDR:PORT&weight=W   (weight=reset: configured)
+//   POST /admin/dry_run?cluster=C&gate=throttle|quota|queue&dry_run=true|false|reset
+//   POST /admin/dry_run?gate=self_protection&dry_run=true|false|reset
+//   POST /admin/log_level?level=trace|debug|info|warn|error|critical|off
+//
+// Actions are allowed from loopback clients, or from anywhere with
+// `Authorization: Bearer <admin.token_file's token>`. Each is logged and
+// counted (levee_admin_actions_total{action,result}).
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+#include "control/server.hpp"
+#include "proxy/cluster.hpp"
+
+namespace levee::control {
+
+namespace asio = boost::asio;
+
+namespace {
+
+AdminReply text(int status, std::string body) {
+  AdminReply r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+AdminReply json(int status, std::string body) {
+  AdminReply r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  return r;
+}
+
+std::string quoted(std::string_view s) {
+  std::string o = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (u < 0x20) {
+      static constexpr char hex[] = "0123456789abcdef";
+      o += "\\u00";
+      o += hex[u >> 4];
+      o += hex[u & 0xf];
+    } else {
+      o += c;
+    }
+  }
+  return o + '"';
+}
+
+bool loopback(const boost::asio::ip::address& a) {
+  if (a.is_loopback()) return true;
+  if (a.is_v6() && a.to_v6().is_v4_mapped())
+    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6()).is_loopback();
+  return false;
+}
+
+/// Comparison in time independent of where the strings differ.
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+std::optional<bool> parse_bool(std::string_view s) {
+  if (s == "true" || s == "1" || s == "on") return true;
+  if (s == "false" || s == "0" || s == "off") return false;
+  return std::nullopt;
+}
+
+constexpr std::string_view kEndpoints =
+    "GET /metrics /healthz /ready /admin/clusters /admin/config /admin/info /admin/stats; "
+    "POST /admin/reload /admin/drain /admin/undrain /admin/endpoint/{drain,disable,enable,weight} "
+    "/admin/dry_run /admin/log_level\n";
+
+}  // namespace
+
+bool Server::authorized(const AdminRequest& r) const {
+  if (loopback(r.peer)) return true;
+  const auto& token = cfg_->admin.token;
+  constexpr std::string_view bearer = "Bearer ";
+  return !token.empty() && r.authorization.size() > bearer.size() &&
+         r.authorization.compare(0, bearer.size(), bearer) == 0 &&
+         same_secret(std::string_view(r.authorization).substr(bearer.size()), token);
+}
+
+void Server::count_action(std::string_view action, bool ok) {
+  for (std::size_t i = 0; i < kAdminActions.size(); ++i)
+    if (kAdminActions[i] == action) actions_.inc(0, actions_.index({i, ok ? 0u : 1u}));
+}
+
+asio::awaitable<AdminReply> Server::admin_request(const AdminRequest& r) {
+  const std::string& p = r.path;
+  const bool read = r.method == "GET" || r.method == "HEAD";
+  const bool known_get = p == "/metrics" || p == "/healthz" || p == "/ready" || p == "/admin/clusters" ||
+                         p == "/admin/config" || p == "/admin/info" || p == "/admin/stats";
+  if (known_get) {
+    if (!read) {
+      auto out = text(405, "method not allowed: this endpoint answers GET and HEAD\n");
+      out.extra = "allow: GET, HEAD\r\n";
+      co_return out;
+    }
+    if (p == "/metrics") {
+      AdminReply out = text(200, serialize_metrics());
+      out.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      co_return out;
+    }
+    if (p == "/healthz") co_return text(200, "ok\n");
+    if (p == "/ready") {
+      auto [ok, why] = ready();
+      co_return text(ok ? 200 : 503, std::move(why));
+    }
+    if (p == "/admin/clusters") co_return json(200, clusters_json());
+    if (p == "/admin/config") co_return json(200, config_json());
+    if (p == "/admin/info") co_return json(200, info_json());
+    co_return json(200, stats_json());
+  }
+  static const std::vector<std::string> actions = {"/admin/reload",          "/admin/drain",
+                                                   "/admin/undrain",         "/admin/endpoint/drain",
+                                                   "/admin/endpoint/disable", "/admin/endpoint/enable",
+                                                   "/admin/endpoint/weight", "/admin/dry_run",
+                                                   "/admin/log_level"};
+  if (std::find(actions.begin(), actions.end(), p) == actions.end())
+    co_return text(404, "not found: " + std::string(kEndpoints));
+  if (r.method != "POST") {
+    auto out = text(405, "method not allowed: admin actions are POST\n");
+    out.extra = "allow: POST\r\n";
+    co_return out;
+  }
+  if (!authorized(r)) {
+    spdlog::warn("admin: {} from {} refused: not loopback and no valid token", p, r.peer.to_string());
+    co_return text(403, "forbidden: admin actions are for loopback clients or a bearer token (admin.token_file)\n");
+  }
+  if (p == "/admin/reload") {
+    auto res = reload("POST /admin/reload");
+    count_action("reload", res.ok);
+    std::ostringstream o;
+    if (res.ok) {
+      // Answer once every worker runs it: the next request sees it.
+      const bool applied_all = co_await applied(res.generation);
+      o << "{\"ok\":true,\"generation\":" << res.generation << ",\"applied\":" << (applied_all ? "true" : "false")
+        << ",\"changed\":" << quoted(res.summary) << "}\n";
+      co_return json(200, o.str());
+    }
+    o << "{\"ok\":false,\"generation\":" << res.generation << ",\"errors\":[";
+    for (std::size_t i = 0; i < res.errors.size(); ++i) o << (i ? "," : "") << quoted(res.errors[i]);
+    o << "]}\n";
+    co_return json(400, o.str());
+  }
+  if (p == "/admin/drain") {
+    spdlog::info("admin: drain requested from {}", r.peer.to_string());
+    begin_drain(false);
+    count_action("drain", true);
+    co_return text(200, "draining: /ready answers 503; listeners stay open\n");
+  }
+  if (p == "/admin/undrain") {
+    const bool ok = undrain();
+    count_action("undrain", ok);
+    if (!ok) co_return text(409, exiting_ ? "cannot undo: levee is exiting\n" : "not draining\n");
+    co_return text(200, "ready again\n");
+  }
+  if (p.starts_with("/admin/endpoint/")) {
+    const std::string action = p.substr(std::string_view("/admin/endpoint/").size());
+    auto out = endpoint_action(r, action);
+    count_action("endpoint_" + action, out.status == 200);
+    co_return out;
+  }
+  if (p == "/admin/dry_run") {
+    auto out = dry_run_action(r);
+    count_action("dry_run", out.status == 200);
+    if (out.status == 200) co_await applied(rt_->generation);
+    co_return out;
+  }
+  auto out = log_level_action(r);
+  count_action("log_level", out.status == 200);
+  co_return out;
+}
+
+AdminReply Server::endpoint_action(const AdminRequest& r, std::string_view action) {
+  const std::string cname = r.param("cluster"), ename = r.param("endpoint");
+  proxy::Cluster* c = rt_->cluster(cname);
+  if (!c) return text(404, "no cluster '" + cname + "' (the cluster parameter)\n");
+  // An endpoint by its address ("10.0.0.1:8080"), or every endpoint a
+  // configured host:port stands for (a hostname's addresses).
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < c->endpoints.size(); ++i)
+    if (c->endpoints[i]->label == ename || c->endpoints[i]->authority == ename) which.push_back(i);
+  if (which.empty()) return text(404, "cluster " + cname + " has no endpoint '" + ename + "' (the endpoint parameter)\n");
+  const auto t = proxy::now();
+  std::string done;
+  if (action == "weight") {
+    const std::string w = r.param("weight");
+    std::optional<double> weight;
+    if (w != "reset") {
+      double v = 0;
+      const auto [ptr, ec] = std::from_chars(w.data(), w.data() + w.size(), v);
+      if (ec != std::errc() || ptr != w.data() + w.size() || !std::isfinite(v) || v < 0 || v > 1e6)
+        return text(400, "weight must be a number from 0 to 1000000, or reset\n");
+      weight = v;
+    }
+    for (auto i : which) c->set_endpoint_weight(i, weight);
+    done = weight ? "weight " + w : "weight reset to the configured one";
+  } else {
+    core::AdminState st = core::AdminState::Enabled;
+    if (action == "drain") st = core::AdminState::Draining;
+    else if (action == "disable") st = core::AdminState::Disabled;
+    std::size_t changed = 0;
+    for (auto i : which) changed += c->set_endpoint_admin(i, st, t) ? 1 : 0;
+    done = std::string(action == "drain" ? "draining" : action == "disable" ? "disabled" : "enabled") +
+           (changed ? "" : " (it already was)");
+  }
+  spdlog::info("admin: cluster {} endpoint {}: {} (from {})", cname, ename, done, r.peer.to_string());
+  return text(200, "cluster " + cname + " endpoint " + ename + ": " + done + "\n");
+}
+
+AdminReply Server::dry_run_action(const AdminRequest& r) {
+  const std::string gate = r.param("gate"), value = r.param("dry_run");
+  std::optional<bool> want;
+  if (value != "reset") {
+    want = parse_bool(value);
+    if (!want) return text(400, "dry_run must be true, false or reset\n");
+  }
+  std::string what;
+  if (gate == "self_protection") {
+    overrides_.self_protection = want;
+    what = "self_protection";
+  } else {
+    if (gate != "throttle" && gate != "quota" && gate != "queue")
+      return text(400, "gate must be throttle, quota, queue or self_protection\n");
+    const std::string cname = r.param("cluster");
+    proxy::Cluster* c = rt_->cluster(cname);
+    if (!c) return text(404, "no cluster '" + cname + "' (the cluster parameter)\n");
+    const auto modes = c->modes();
+    const std::size_t gi = gate == "throttle" ? 0 : gate == "quota" ? 1 : 2;
+    if (want && modes[gi] == core::GateMode::Off)
+      return text(409, "cluster " + cname + ": the " + gate + " gate is off in the configuration\n");
+    auto& o = overrides_.clusters[cname];
+    (gi == 0 ? o.throttle : gi == 1 ? o.quota : o.queue) = want;
+    if (!o.throttle && !o.quota && !o.queue) overrides_.clusters.erase(cname);
+    what = "cluster " + cname + " " + gate;
+  }
+  rebuild_why_ = "dry run of " + what;
+  rebuild();
+  const std::string state = want ? (*want ? "dry run" : "enforced") : "as configured";
+  spdlog::info("admin: {}: {} (from {}); until the next reload", what, state, r.peer.to_string());
+  return text(200, what + ": " + state + " (generation " + std::to_string(rt_->generation) + ")\n");
+}
+
+AdminReply Server::log_level_action(const AdminRequest& r) {
+  const std::string name = r.param("level");
+  const auto level = spdlog::level::from_str(name);
+  if (level == spdlog::level::off && name != "off")
+    return text(400, "level must be trace, debug, info, warn, error, critical or off\n");
+  spdlog::set_level(level);
+  spdlog::warn("admin: log level set to {} (from {})", name, r.peer.to_string());
+  return text(200, "log level " + name + "\n");
+}
+
+}  // namespace levee::control
