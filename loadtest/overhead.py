@@ -11,6 +11,7 @@ pairs:
              `access_log` to a file (buffer=64k flush=1s).
 
     python3 loadtest/overhead.py [--seconds 10] [--repeat 5] [--connections 50] [--only levee,haproxy]
+                                 [--baseline OTHER_LEVEE_BINARY]
 
 The backend is nginx answering `return 200 "ok"` (the cheapest server at
 hand, so it is not the bottleneck). On a 2+ CPU machine every proxy gets
@@ -104,6 +105,8 @@ def main():
     ap.add_argument("--only", help="comma-separated fronts to run (direct always runs)")
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--levee", default=os.path.join(BUILD, "levee"), help="the levee binary to measure")
+    ap.add_argument("--baseline", help="a second levee binary (e.g. a build of main), measured as levee-base "
+                                       "interleaved with levee under the same conditions (before/after a change)")
     ap.add_argument("--json")
     args = ap.parse_args()
     for tool in ("wrk", "nginx", "haproxy"):
@@ -144,14 +147,17 @@ http {{ access_log off; keepalive_requests 1000000;
                 f.write(nginx_cfg(d, port, be, log))
             procs.start(pin("0") + ["nginx", "-p", d, "-c", os.path.join(d, "px.conf")], name)
             ports[name] = port
-        for name, log in (("levee", None), ("levee-log", os.path.join(procs.dir, "levee-access.log"))):
-            if want and name not in want:
+        levees = [("levee", None, args.levee), ("levee-log", os.path.join(procs.dir, "levee-access.log"), args.levee)]
+        if args.baseline:
+            levees.append(("levee-base", None, args.baseline))
+        for name, log, binary in levees:
+            if want and name not in want and name != "levee-base":
                 continue
             port, admin = free_port(), free_port()
             path = os.path.join(procs.dir, name + ".yaml")
             with open(path, "w") as f:
                 json.dump(levee_cfg(port, admin, be, log), f)
-            procs.start(pin("0") + [args.levee, "-c", path], name)
+            procs.start(pin("0") + [binary, "-c", path], name)
             ports[name] = port
         # The same levee shedding every request at gate 1 (thresholds of 0):
         # the full cost of a rejection (parse, classify, answer) against a
@@ -188,12 +194,16 @@ http {{ access_log off; keepalive_requests 1000000;
             continue
         base = med[hp]
         print(f"-- {pair}")
-        for k in ([] if pair != "logs off" else ["direct"]) + [lv, hp, ng]:
+        for k in ([] if pair != "logs off" else ["direct"]) + [lv] + (["levee-base"] if pair == "logs off" else []) + [hp, ng]:
             if k not in med:
                 continue
             v = med[k]
             print(f"{k:>12} {v['rps']:10.0f} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['rps'] / base['rps']:17.3f} "
                   f"{v['p99_ms'] / base['p99_ms']:15.3f} {v['non2xx']:8d}")
+    if "levee" in med and "levee-base" in med:
+        lv, base = med["levee"], med["levee-base"]
+        print(f"levee / levee-base (--baseline): req/s {lv['rps'] / base['rps']:.3f}, p50 {lv['p50_ms'] / base['p50_ms']:.3f}, "
+              f"p99 {lv['p99_ms'] / base['p99_ms']:.3f}")
     if "levee" in med and "levee-shed" in med:
         lv, shed = med["levee"]["rps"], med["levee-shed"]["rps"]
         print(f"levee-shed answers every request itself (503 executor_overload): {shed:.0f} rejections/s against "

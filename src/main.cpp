@@ -19,6 +19,7 @@
 #include "control/process_log.hpp"
 #include "core/text.hpp"
 #include "control/server.hpp"
+#include "proxy/tls_context.hpp"
 
 #ifndef LEVEE_VERSION
 #define LEVEE_VERSION "0.0.0"
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   }
   if (!validate.empty()) {
     auto r = levee::config::load_file(validate);
+    if (r.ok()) r.errors = levee::proxy::check_tls(*r.config);  // certificate and key files
     if (!r.ok()) return report(r);
     std::cout << validate << ": ok\n";
     return 0;
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
     text = ss.str();
   }
   auto r = levee::config::load_string(text, path);
+  if (r.ok()) r.errors = levee::proxy::check_tls(*r.config);  // certificate and key files
   if (!r.ok()) return report(r);
   auto cfg = std::make_shared<levee::config::Config>(std::move(*r.config));
   if (workers) cfg->workers = workers;

@@ -20,6 +20,7 @@
 #include "core/queue_gate.hpp"
 #include "core/slow_start.hpp"
 #include "core/time.hpp"
+#include "config/tls.hpp"
 
 namespace levee::config {
 
@@ -34,6 +35,10 @@ struct TenantSource {
   core::TrustedSources trusted;        ///< trusted_networks; empty: the header is trusted from nowhere
   std::string api_key_header;          ///< empty: no API-key mapping
   std::vector<std::pair<std::string, std::string>> api_keys;  ///< key -> tenant
+  /// A client certificate's identity (SAN URI, SAN DNS or CN) -> tenant; it
+  /// comes first, and no header overrides it.
+  std::vector<std::pair<std::string, std::string>> certificate_tenants;
+  core::CertificateTenant from_certificate = core::CertificateTenant::None;
 };
 
 enum class QuotaEnforcement : std::uint8_t { Overload, Always, Off };
@@ -115,6 +120,9 @@ struct RouteConfig {
   std::optional<Criticality> criticality;  ///< default when the header is absent
   Duration timeout = 30s;
   std::optional<TenantSource> tenant;
+  /// The most critical level an untrusted client may claim here (higher
+  /// claims are lowered to it); unset: untrusted claims are ignored.
+  std::optional<Criticality> untrusted_criticality;
   /// Send this route through a fuse pool (the listener's `fuse` settings).
   /// On a normal listener the per-endpoint budget is split between workers.
   bool fuse = false;
@@ -156,6 +164,8 @@ struct ListenerConfig {
   std::optional<TenantSource> tenant;
   FuseConfig fuse;
   std::vector<RouteConfig> routes;
+  ServerTlsConfig tls;
+  TrustConfig trust;
 };
 
 struct EndpointConfig {
@@ -249,6 +259,7 @@ struct ClusterConfig {
   LoadReportConfig load_report;
   /// Per-cluster quota overrides (tenant -> CPU-s/s); others use tenants.quotas.
   std::vector<std::pair<std::string, double>> quotas;
+  UpstreamTlsConfig tls;  ///< config/tls.hpp
 };
 
 /// TLS to Redis (issue 16). Redis asks for a client certificate by default

@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include "config/config.hpp"
+#include "config/reader.hpp"
+#include "config/tls_reader.hpp"
 #include "core/text.hpp"
 
 namespace levee::config {
@@ -51,134 +53,7 @@ std::optional<Duration> parse_duration(std::string_view s) noexcept {
 
 namespace {
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-struct Ctx {
-  std::string file;
-  std::vector<Error> errors;
-
-  void error(const YAML::Node& n, const std::string& path, std::string msg) {
-    Error e{file, 0, 0, path, std::move(msg)};
-    if (n.IsDefined()) {
-      auto m = n.Mark();
-      if (m.line >= 0) {
-        e.line = m.line + 1;
-        e.column = m.column + 1;
-      }
-    }
-    errors.push_back(std::move(e));
-  }
-  void error_at(const YAML::Mark& m, const std::string& path, std::string msg) {
-    errors.push_back(Error{file, m.line + 1, m.column + 1, path, std::move(msg)});
-  }
-};
-
-std::string join(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-std::string at(const std::string& path, std::size_t i) {
-  return path + "[" + std::to_string(i) + "]";
-}
-
-/// A mapping being read: remembers which keys the schema asked for.
-class Map {
- public:
-  Map(Ctx& ctx, const YAML::Node& node, std::string path)
-      : ctx_(ctx), node_(node), path_(std::move(path)) {
-    if (!node_.IsDefined() || node_.IsNull()) return;
-    if (!node_.IsMap()) {
-      ctx_.error(node_, path_, "must be a mapping");
-      return;
-    }
-    valid_ = true;
-    std::set<std::string> seen;
-    for (auto it = node_.begin(); it != node_.end(); ++it) {
-      auto key = it->first.Scalar();
-      if (!seen.insert(key).second)
-        ctx_.error_at(it->first.Mark(), join(path_, key), "duplicate key");
-    }
-  }
-  Map(const Map&) = delete;
-  ~Map() { finish(); }
-
-  bool valid() const { return valid_; }
-  const std::string& path() const { return path_; }
-
-  YAML::Node take(std::string_view key) {
-    known_.emplace_back(key);
-    if (!valid_) return YAML::Node(YAML::NodeType::Undefined);
-    for (auto it = node_.begin(); it != node_.end(); ++it)
-      if (it->first.Scalar() == key) return it->second;
-    return YAML::Node(YAML::NodeType::Undefined);
-  }
-  bool has(std::string_view key) const {
-    if (!valid_) return false;
-    for (auto it = node_.begin(); it != node_.end(); ++it)
-      if (it->first.Scalar() == key) return true;
-    return false;
-  }
-  std::string sub(std::string_view key) const { return join(path_, key); }
-  Ctx& ctx() { return ctx_; }
-
-  /// Reports keys the schema never asked for.
-  void finish() {
-    if (!valid_ || finished_) return;
-    finished_ = true;
-    for (auto it = node_.begin(); it != node_.end(); ++it) {
-      auto key = it->first.Scalar();
-      if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
-      std::string msg = "unknown key";
-      std::size_t best = 3;
-      std::string guess;
-      for (const auto& k : known_) {
-        auto d = edit_distance(key, k);
-        if (d < best) {
-          best = d;
-          guess = k;
-        }
-      }
-      if (!guess.empty()) msg += " (did you mean '" + guess + "'?)";
-      ctx_.error_at(it->first.Mark(), join(path_, key), msg);
-    }
-  }
-
- private:
-  Ctx& ctx_;
-  YAML::Node node_;
-  std::string path_;
-  bool valid_ = false;
-  bool finished_ = false;
-  std::vector<std::string> known_;
-};
-
-// ---- scalars --------------------------------------------------------------
-
-bool scalar(Ctx& ctx, const YAML::Node& n, const std::string& path, std::string_view what) {
-  if (!n.IsScalar()) {
-    ctx.error(n, path, std::string("must be ") + std::string(what));
-    return false;
-  }
-  return true;
-}
-
-void read(Ctx& ctx, const YAML::Node& n, const std::string& path, std::string& out) {
-  if (!n.IsDefined() || !scalar(ctx, n, path, "a string")) return;
-  if (!core::valid_utf8(n.Scalar())) {
-    ctx.error(n, path, "must be valid UTF-8");
-    return;
-  }
-  out = n.Scalar();
-}
+using namespace detail;
 
 /// Text levee writes into a request head itself (a path, a host): no
 /// spaces or control characters, so it cannot split the line it is in.
@@ -195,74 +70,6 @@ void check_header_name(Ctx& ctx, const YAML::Node& n, const std::string& path, c
     ctx.error(n, path, "must be a header name (letters, digits and !#$%&'*+-.^_`|~), not '" + name + "'");
 }
 
-void read_bool(Ctx& ctx, const YAML::Node& n, const std::string& path, bool& out) {
-  if (!n.IsDefined() || !scalar(ctx, n, path, "true or false")) return;
-  const auto& s = n.Scalar();
-  if (s == "true") out = true;
-  else if (s == "false") out = false;
-  else ctx.error(n, path, "must be true or false, not '" + s + "'");
-}
-
-template <typename T>
-void read_uint(Ctx& ctx, const YAML::Node& n, const std::string& path, T& out, std::uint64_t lo,
-               std::uint64_t hi) {
-  if (!n.IsDefined() || !scalar(ctx, n, path, "an integer")) return;
-  auto v = core::parse_u64(n.Scalar());
-  if (!v) {
-    ctx.error(n, path, "must be an integer, not '" + n.Scalar() + "'");
-    return;
-  }
-  if (*v < lo || *v > hi) {
-    ctx.error(n, path, "must be " + std::to_string(lo) + ".." + std::to_string(hi));
-    return;
-  }
-  out = static_cast<T>(*v);
-}
-
-void read_double(Ctx& ctx, const YAML::Node& n, const std::string& path, double& out, double lo,
-                 double hi) {
-  if (!n.IsDefined() || !scalar(ctx, n, path, "a number")) return;
-  const auto& s = n.Scalar();
-  double v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || p != s.data() + s.size() || !std::isfinite(v)) {
-    ctx.error(n, path, "must be a number, not '" + s + "'");
-    return;
-  }
-  if (v < lo || v > hi) {
-    std::ostringstream o;
-    o << "must be between " << lo << " and " << hi;
-    ctx.error(n, path, o.str());
-    return;
-  }
-  out = v;
-}
-
-void read_duration(Ctx& ctx, const YAML::Node& n, const std::string& path, Duration& out,
-                   Duration lo = Duration::zero(), Duration hi = std::chrono::hours(24 * 365)) {
-  if (!n.IsDefined() || !scalar(ctx, n, path, "a duration like 250ms or 2s")) return;
-  auto d = parse_duration(n.Scalar());
-  if (!d) {
-    ctx.error(n, path, "must be a duration like 250ms or 2s, not '" + n.Scalar() + "'");
-    return;
-  }
-  if (*d < lo || *d > hi) {
-    ctx.error(n, path, "is out of range");
-    return;
-  }
-  out = *d;
-}
-
-void read_criticality(Ctx& ctx, const YAML::Node& n, const std::string& path, Criticality& out) {
-  if (!n.IsDefined() || !scalar(ctx, n, path, "a criticality")) return;
-  auto c = core::parse_criticality(n.Scalar());
-  if (!c) {
-    ctx.error(n, path,
-              "must be CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS or SHEDDABLE, not '" + n.Scalar() + "'");
-    return;
-  }
-  out = *c;
-}
 
 void read_thresholds(Ctx& ctx, const YAML::Node& n, const std::string& path,
                      std::array<double, core::kCriticalityCount>& out) {
@@ -341,6 +148,7 @@ void read_tenant_source(Ctx& ctx, const YAML::Node& n, const std::string& path, 
     }
     if (out.api_key_header.empty()) ctx.error(ak, km.sub("header"), "is required with api_keys");
   }
+  read_tenant_edge(ctx, m, out);  // config/tls.cpp
 }
 
 void read_quota_map(Ctx& ctx, const YAML::Node& n, const std::string& path,
@@ -611,6 +419,7 @@ void read_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteCon
     read_tenant_source(ctx, t, m.sub("tenant"), *r.tenant);
   }
   read_bool(ctx, m.take("fuse"), m.sub("fuse"), r.fuse);
+  read_route_edge(ctx, m, r);  // config/tls.cpp
 }
 
 void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, ListenerConfig& l) {
@@ -658,6 +467,7 @@ void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, Liste
     read_duration(ctx, fm.take("queue_timeout"), fm.sub("queue_timeout"), l.fuse.queue_timeout,
                   std::chrono::milliseconds(1), std::chrono::hours(1));
   }
+  read_listener_edge(ctx, m, l);  // tls, trust: config/tls.cpp
   auto rn = m.take("routes");
   if (!rn.IsDefined()) {
     ctx.error(n, m.sub("routes"), "is required (at least one route)");
@@ -856,6 +666,7 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
   }
   if (auto ln = m.take("load_report"); ln.IsDefined()) read_load_report(ctx, ln, m.sub("load_report"), c.load_report);
   read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
+  read_cluster_edge(ctx, m, c);  // tls: config/tls.cpp
 }
 
 template <typename T, typename F>
@@ -998,6 +809,7 @@ LoadResult load_node(Ctx& ctx, const YAML::Node& root) {
   read_list(ctx, m.take("clusters"), "clusters", cfg.clusters, read_cluster);
   m.finish();
   validate(ctx, root, cfg);
+  validate_edge(ctx, root, cfg);
   if (!ctx.errors.empty()) return {std::nullopt, std::move(ctx.errors)};
   return {std::move(cfg), {}};
 }

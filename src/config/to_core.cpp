@@ -14,6 +14,8 @@ core::TenantSource tenant_source(const TenantSource& s, const core::TenantTable&
   out.trusted = s.trusted;
   out.api_key_header = s.api_key_header;
   for (const auto& [key, tenant] : s.api_keys) out.api_keys.emplace(key, t.find(tenant));
+  for (const auto& [id, tenant] : s.certificate_tenants) out.certificate_tenants.emplace(id, t.find(tenant));
+  out.from_certificate = s.from_certificate;
   return out;
 }
 }  // namespace
@@ -97,6 +99,7 @@ core::Classifier classifier(const Config& c, const ListenerConfig& l, const core
     rule.prefix = r.prefix;
     rule.criticality = r.criticality.value_or(l.default_criticality);
     rule.timeout = r.timeout;
+    rule.untrusted_max = r.untrusted_criticality;
     if (r.tenant) {
       rule.tenant_source = sources.size();
       sources.push_back(tenant_source(*r.tenant, t));
@@ -107,7 +110,11 @@ core::Classifier classifier(const Config& c, const ListenerConfig& l, const core
   names.criticality = c.headers.criticality;
   names.timeout_ms = c.headers.timeout_ms;
   names.attempt = c.headers.attempt;
-  return core::Classifier(std::move(routes), std::move(sources), t, std::move(names));
+  // Who the listener believes (config/tls.cpp gives the default by address).
+  core::TrustPolicy trust;
+  trust.signals = l.trust.sources;
+  trust.tenant_too = l.trust.set;
+  return core::Classifier(std::move(routes), std::move(sources), t, std::move(names), std::move(trust));
 }
 
 }  // namespace levee::config

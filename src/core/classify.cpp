@@ -15,8 +15,12 @@ TenantId TenantTable::find(std::string_view name) const noexcept {
 }
 
 Classifier::Classifier(std::vector<RouteRule> routes, std::vector<TenantSource> sources,
-                       const TenantTable& tenants, SignalNames names)
-    : routes_(std::move(routes)), sources_(std::move(sources)), tenants_(tenants), names_(std::move(names)) {
+                       const TenantTable& tenants, SignalNames names, TrustPolicy trust)
+    : routes_(std::move(routes)),
+      sources_(std::move(sources)),
+      tenants_(tenants),
+      names_(std::move(names)),
+      trust_(std::move(trust)) {
   if (sources_.empty()) sources_.emplace_back();
   for (auto& r : routes_)
     if (r.tenant_source >= sources_.size()) r.tenant_source = 0;
@@ -49,6 +53,32 @@ std::size_t Classifier::match(std::string_view host, std::string_view path) cons
     return i;
   }
   return kNoRoute;
+}
+
+std::optional<TenantId> certificate_tenant(const TenantSource& ts, const TenantTable& tenants,
+                                           const PeerIdentity& id) noexcept {
+  if (!ts.certificate_tenants.empty()) {
+    for (const auto& u : id.uris)
+      if (auto it = ts.certificate_tenants.find(std::string_view(u)); it != ts.certificate_tenants.end()) return it->second;
+    for (const auto& d : id.dns)
+      if (auto it = ts.certificate_tenants.find(std::string_view(d)); it != ts.certificate_tenants.end()) return it->second;
+    if (!id.cn.empty())
+      if (auto it = ts.certificate_tenants.find(std::string_view(id.cn)); it != ts.certificate_tenants.end()) return it->second;
+  }
+  switch (ts.from_certificate) {
+    case CertificateTenant::Uri:
+      if (!id.uris.empty()) return tenants.find(id.uris.front());
+      break;
+    case CertificateTenant::Dns:
+      if (!id.dns.empty()) return tenants.find(id.dns.front());
+      break;
+    case CertificateTenant::Cn:
+      if (!id.cn.empty()) return tenants.find(id.cn);
+      break;
+    case CertificateTenant::None:
+      break;
+  }
+  return std::nullopt;
 }
 
 }  // namespace levee::core

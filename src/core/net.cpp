@@ -129,4 +129,19 @@ std::optional<Network> parse_network(std::string_view s) noexcept {
   return std::nullopt;
 }
 
+bool identity_matches(std::string_view pattern, std::string_view id) noexcept {
+  if (!pattern.empty() && pattern.back() == '*') {
+    const auto prefix = pattern.substr(0, pattern.size() - 1);
+    return id.size() >= prefix.size() && id.compare(0, prefix.size(), prefix) == 0;
+  }
+  return pattern == id;
+}
+
+bool is_loopback(const Address& a) noexcept {
+  static constexpr Network v4{ipv4_mapped({127, 0, 0, 0}), 104};
+  Address one{};
+  one[15] = 1;
+  return v4.contains(a) || a == one;
+}
+
 }  // namespace levee::core

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -32,16 +33,49 @@ std::optional<Network> parse_network(std::string_view s) noexcept;
 /// A literal IPv4 or IPv6 address (no prefix).
 std::optional<Address> parse_address(std::string_view s) noexcept;
 
-/// Where levee believes what a request says about itself.
+/// What a client's verified TLS certificate says it is: its SAN URIs
+/// (SPIFFE IDs), SAN DNS names and subject common name. Empty without a
+/// certificate. The I/O shell extracts the strings; core only compares them.
+struct PeerIdentity {
+  std::vector<std::string> uris;
+  std::vector<std::string> dns;
+  std::string cn;
+  bool empty() const noexcept { return uris.empty() && dns.empty() && cn.empty(); }
+};
+
+/// "spiffe://example.org/ns/web/sa/frontend" matches itself; a pattern
+/// ending in '*' matches every string it is a prefix of (without the '*').
+bool identity_matches(std::string_view pattern, std::string_view id) noexcept;
+
+/// Where levee believes what a request says about itself: source networks
+/// and verified certificate identities.
 struct TrustedSources {
   std::vector<Network> networks;
-  bool any = false;  ///< `any`: every source
+  bool any = false;                     ///< `any`: every source
+  std::vector<std::string> identities;  ///< patterns, see identity_matches
   bool contains(const Address& a) const noexcept {
     if (any) return true;
     for (const auto& n : networks)
       if (n.contains(a)) return true;
     return false;
   }
+  /// Trusted by its address, or by any name its certificate carries.
+  bool contains(const Address& a, const PeerIdentity* id) const noexcept {
+    if (contains(a)) return true;
+    if (id == nullptr || identities.empty()) return false;
+    for (const auto& p : identities) {
+      for (const auto& u : id->uris)
+        if (identity_matches(p, u)) return true;
+      for (const auto& d : id->dns)
+        if (identity_matches(p, d)) return true;
+      if (!id->cn.empty() && identity_matches(p, id->cn)) return true;
+    }
+    return false;
+  }
+  bool empty() const noexcept { return !any && networks.empty() && identities.empty(); }
 };
+
+/// 127.0.0.0/8 or ::1.
+bool is_loopback(const Address& a) noexcept;
 
 }  // namespace levee::core

@@ -27,9 +27,14 @@ void write_upstream_head(std::string& out, const UpstreamHead& u) {
       continue;
     if (info.connection_tokens > 0 && named_in_connection(fields, f.name)) continue;
     if (!u.load_format.empty() && iequals(f.name, "endpoint-load-metrics-format")) continue;
+    if (std::any_of(u.replace.begin(), u.replace.end(),
+                    [&](const UpstreamHead::Replace& r) { return !r.name.empty() && iequals(f.name, r.name); }))
+      continue;
     append_field(out, f.name, f.value);
   }
   if (!u.load_format.empty()) append_field(out, "endpoint-load-metrics-format", u.load_format);
+  for (const auto& r : u.replace)
+    if (!r.name.empty() && !r.value.empty()) append_field(out, r.name, r.value);
   if (absolute) append_field(out, "host", info.authority);
   else if (info.host < 0 && !u.default_host.empty()) append_field(out, "host", u.default_host);
   // Via and X-Forwarded-For append to what came in.
@@ -40,7 +45,7 @@ void write_upstream_head(std::string& out, const UpstreamHead& u) {
   }
   out.append(info.version == 10 ? "1.0 levee\r\n" : "1.1 levee\r\n");
   out.append("x-forwarded-for: ");
-  if (info.xff >= 0) {
+  if (info.xff >= 0 && u.forwarded_trusted) {
     out.append(u.head.value(info.xff));
     out.append(", ");
   }

@@ -12,6 +12,7 @@
 // otherwise, the end of the connection for HTTP/1.0.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,6 +49,16 @@ struct UpstreamHead {
   std::string_view load_format{};
   BodyFraming framing = BodyFraming::None;
   std::uint64_t length = 0;            ///< with BodyFraming::Length
+  /// Whether the client's X-Forwarded-For chain is kept (appended to); an
+  /// untrusted client's is dropped, levee's own entry stays.
+  bool forwarded_trusted = true;
+  /// Request headers levee did not believe: the client's field is dropped
+  /// and, with a value, levee's own decision is sent under that name.
+  struct Replace {
+    std::string_view name{};
+    std::string_view value{};
+  };
+  std::array<Replace, 2> replace{};
 };
 
 /// Appends the request head for the next hop.

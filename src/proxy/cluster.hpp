@@ -95,6 +95,8 @@ class Cluster {
           core::EndpointPolicy endpoints, std::vector<EndpointSpec> specs, std::size_t workers, TimePoint now,
           Cluster* previous);
 
+  /// TLS to the endpoints (proxy/tls_context.hpp); null: cleartext.
+  std::shared_ptr<const class ClientTls> tls;
   const config::ClusterConfig& cfg;
   const std::size_t index;
   std::vector<std::unique_ptr<Endpoint>> endpoints;

@@ -21,6 +21,9 @@ namespace levee::proxy {
 struct Peer {
   core::Address address{};
   std::uint16_t port = 0;
+  /// The verified client certificate's names (mTLS), or null.
+  const core::PeerIdentity* identity = nullptr;
+  bool tls = false;  ///< the connection is TLS (X-Forwarded-Proto: https)
 };
 
 enum class BodyRead : std::uint8_t {

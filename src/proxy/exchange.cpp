@@ -10,6 +10,7 @@
 #include "proxy/io.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/runtime.hpp"
+#include "proxy/tls_context.hpp"
 #include "proxy/worker.hpp"
 
 namespace levee::proxy {
@@ -52,10 +53,7 @@ Exchange::~Exchange() {
 
 void Exchange::on_deadline(Watchdog::Phase) noexcept {
   d_.cancel_io();
-  if (up_) {
-    error_code ec;
-    up_->sock.cancel(ec);
-  }
+  if (up_) up_->stream.cancel();
 }
 
 void Exchange::on_wake(const core::QueueGate::Wake& w) {
@@ -65,10 +63,7 @@ void Exchange::on_wake(const core::QueueGate::Wake& w) {
 
 void Exchange::on_client_gone() noexcept {
   client_gone_ = true;
-  if (up_) {
-    error_code ec;
-    up_->sock.cancel(ec);
-  }
+  if (up_) up_->stream.cancel();
 }
 
 void Exchange::start_client_watch() { d_.watch(*this); }
@@ -76,9 +71,16 @@ void Exchange::start_client_watch() { d_.watch(*this); }
 void Exchange::watch_upstream() {
   b_.upstream_spoke = false;
   b_.up_watch_target = &d_;
+  watch_upstream_once(++b_.up_watch_gen);
+}
+
+void Exchange::watch_upstream_once(std::uint64_t gen) {
   ExchangeBuffers* b = &b_;
-  up_->sock.async_wait(tcp::socket::wait_read, [b, gen = ++b_.up_watch_gen](error_code ec) {
+  up_->stream.wait_readable([b, gen, this](error_code ec) {
     if (ec || gen != b->up_watch_gen || b->up_watch_target == nullptr) return;
+    // Still watched, so this exchange and its connection are alive. A TLS
+    // record that held no data (a session ticket) is not the backend speaking.
+    if (up_->stream.poll(up_->buf) == Stream::Poll::Nothing) return watch_upstream_once(gen);
     b->upstream_spoke = true;
     b->up_watch_target->cancel_io();  // stop waiting for the client's body
   });
@@ -87,8 +89,7 @@ void Exchange::watch_upstream() {
 void Exchange::unwatch_upstream() {
   b_.up_watch_target = nullptr;
   ++b_.up_watch_gen;
-  error_code ec;
-  up_->sock.cancel(ec);  // the pending wait, if it has not fired
+  up_->stream.cancel();  // the pending wait, if it has not fired
 }
 
 // --- answers levee makes itself ----------------------------------------------
@@ -144,7 +145,8 @@ awaitable<bool> Exchange::run() {
   }
   b_.request_id_out = rec_.request_id;  // returned to the client with the answer
   cls_ = l_.classifier.classify(http::authority(b_.req_head, info), info.target, b_.req_head.fields(),
-                                d_.peer().address, rec_.start);
+                                core::PeerView{d_.peer().address, d_.peer().identity}, rec_.start);
+  count_untrusted();  // proxy/trust.cpp
   rec_.criticality = cls_.criticality;
   rec_.tenant = cls_.tenant;
   if (cls_.route != core::kNoRoute) {
@@ -411,7 +413,7 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
     error_code ec = asio::error::host_not_found;
     if (!addrs.empty()) {
       arm(std::min(cls_.deadline, t + cc.connect_timeout), Watchdog::Phase::Connect);
-      auto [cec, connected] = co_await asio::async_connect(up_->sock, addrs, nothrow);
+      auto [cec, connected] = co_await asio::async_connect(up_->sock(), addrs, nothrow);
       (void)connected;
       ec = cec;
     }
@@ -422,8 +424,15 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
       co_return;
     }
     error_code ig;
-    up_->sock.set_option(tcp::no_delay(true), ig);
-    up_->sock.non_blocking(true, ig);
+    up_->sock().set_option(tcp::no_delay(true), ig);
+    up_->sock().non_blocking(true, ig);
+    // TLS to the endpoint, within the same connect deadline (proxy/tls_context.cpp).
+    if (cluster_->tls && !co_await connect_tls(up_->stream, *cluster_->tls, ep.host)) {
+      a.failed = true;
+      a.failure = core::AttemptFailure::Connect;
+      a.error = UpstreamError::Connect;
+      co_return;
+    }
     m.upstream_connects.inc(w_.index, cluster_->index);
   }
   ++up_->uses;
@@ -461,6 +470,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
   if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - t;
   u.grpc_timeout = cls_.grpc_timeout;
   u.attempt = a.number;
+  untrusted_rewrite(u);  // proxy/trust.cpp
   switch (cc.load_report.request_format) {
     case config::LoadReportConfig::Format::Off: break;
     case config::LoadReportConfig::Format::Text: u.load_format = "text"; break;
@@ -498,7 +508,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
     bufs.push(asio::buffer(b_.out));
     bufs.push_body(asio::buffer(sink.data()), chunked, chunk_head);
     if (chunked && d_.body_done()) bufs.push_last_chunk();
-    auto [ec, n] = co_await write_all(up_->sock, bufs);
+    auto [ec, n] = co_await up_->stream.write_all(bufs);
     a.sent = n > 0;
     if (ec) {
       a.failed = true;
@@ -541,7 +551,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
     if (chunked && done) bufs.push_last_chunk();
     if (!bufs.empty()) {
       arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Upstream);
-      auto [ec, n] = co_await write_all(up_->sock, bufs);
+      auto [ec, n] = co_await up_->stream.write_all(bufs);
       sink.clear();
       if (ec) {
         a.failed = true;
@@ -591,7 +601,7 @@ awaitable<void> Exchange::read_response_head(Attempt& a) {
         a.error = UpstreamError::Protocol;
         break;
       }
-      auto [ec, n] = co_await up_->sock.async_read_some(buf, nothrow);
+      auto [ec, n] = co_await up_->stream.read_some(buf);
       if (ec) {
         a.failed = true;
         if (b_.watchdog.expired()) {
@@ -710,7 +720,7 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
       break;
     }
     arm(std::min(cls_.deadline, now() + cc.response_timeout), Watchdog::Phase::Response);
-    auto [ec, n] = co_await up_->sock.async_read_some(buf, nothrow);
+    auto [ec, n] = co_await up_->stream.read_some(buf);
     if (ec) {
       if (ec == asio::error::eof && rp.need_eof()) {
         error_code pec;

@@ -35,6 +35,10 @@
 #include "proxy/upstream.hpp"
 #include "proxy/watchdog.hpp"
 
+namespace levee::http {
+struct UpstreamHead;
+}
+
 namespace levee::proxy {
 
 class Listener;
@@ -70,9 +74,14 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   struct Attempt;
   awaitable<void> try_endpoint(Attempt& a);
   awaitable<bool> send_request(Attempt& a);
+  // The trust boundary (proxy/trust.cpp): counts the headers classification
+  // did not believe, and replaces them in the head sent upstream.
+  void count_untrusted() noexcept;
+  void untrusted_rewrite(http::UpstreamHead& u) const noexcept;
   awaitable<void> read_response_head(Attempt& a);
   awaitable<bool> early_answer(Attempt& a);
   void watch_upstream();
+  void watch_upstream_once(std::uint64_t gen);
   void unwatch_upstream();
   awaitable<bool> relay_response(Attempt& a);
 

@@ -80,7 +80,7 @@ std::unique_ptr<UpstreamConn> Fuse::take(std::size_t e, core::TimePoint t, const
     list.pop_back();
     if (t - conn->idle_since >= c.cfg.idle_timeout) continue;  // destroyed: the slot frees
     if (conn->generation != generation) continue;
-    if (!quiet(conn->sock)) continue;
+    if (!conn->stream.quiet()) continue;
     return conn;
   }
   return nullptr;

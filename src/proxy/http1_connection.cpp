@@ -14,6 +14,7 @@
 #include "proxy/io.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/runtime.hpp"
+#include "proxy/tls_context.hpp"
 
 namespace levee::proxy {
 
@@ -21,12 +22,12 @@ using core::Reason;
 namespace beast_http = boost::beast::http;
 
 Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::Address& addr, std::uint16_t port)
-    : w_(w), l_(&l), slot_(l.slot->id), slot_state_(l.slot), sock_(std::move(s)) {
+    : w_(w), l_(&l), slot_(l.slot->id), slot_state_(l.slot), stream_(std::move(s)) {
   peer_.address = addr;
   peer_.port = port;
   error_code ec;
-  sock_.set_option(tcp::no_delay(true), ec);
-  sock_.non_blocking(true, ec);
+  stream_.socket().set_option(tcp::no_delay(true), ec);
+  stream_.socket().non_blocking(true, ec);
 }
 
 Http1Connection::~Http1Connection() {
@@ -50,11 +51,11 @@ void Http1Connection::start(std::shared_ptr<Http1Connection> c) {
 }
 
 void Http1Connection::rest() {
-  sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+  // Readable, or (TLS) decrypted bytes already held: the handler runs then.
+  stream_.wait_readable([self = shared_from_this()](error_code ec) {
     if (ec || self->expiring_) {  // expired, drained, or the socket failed: close
       self->unlink();
-      error_code ig;
-      self->sock_.close(ig);
+      self->stream_.close();
       return;
     }
     self->resumed_ = true;
@@ -64,22 +65,17 @@ void Http1Connection::rest() {
 
 void Http1Connection::park() noexcept {
   parking_ = true;
-  error_code ec;
-  sock_.cancel(ec);
+  stream_.cancel();
 }
 
 void Http1Connection::expire() noexcept {
   expiring_ = true;
-  error_code ec;
-  sock_.cancel(ec);
+  stream_.cancel();
 }
 
 void Http1Connection::on_deadline(Watchdog::Phase) noexcept { cancel_io(); }
 
-void Http1Connection::cancel_io() noexcept {
-  error_code ec;
-  sock_.cancel(ec);
-}
+void Http1Connection::cancel_io() noexcept { stream_.cancel(); }
 
 std::pair<std::uint64_t, std::uint64_t> Http1Connection::take_bytes() noexcept {
   return {std::exchange(rx_, 0), std::exchange(tx_, 0)};
@@ -89,6 +85,19 @@ std::pair<std::uint64_t, std::uint64_t> Http1Connection::take_bytes() noexcept {
 
 awaitable<void> Http1Connection::run() {
   auto self = shared_from_this();
+  // The handshake, once: run() starts again each time a rested connection
+  // becomes readable (rest()).
+  if (l_->tls && !stream_.tls()) {  // proxy/tls_context.cpp
+    peer_.tls = true;
+    if (!co_await accept_tls(stream_, *l_->tls, *w_.rt->metrics, w_.index, l_->index)) {
+      stream_.close();
+      co_return;
+    }
+    if (l_->tls->client_certificates()) {  // mTLS: the verified certificate's names
+      identity_ = peer_identity(stream_.ssl());
+      if (!identity_.empty()) peer_.identity = &identity_;
+    }
+  }
   for (;;) {
     // Between requests: wait for the first bytes of the next one. A hot
     // connection waits with its read buffer; once parked (idle past a
@@ -105,7 +114,7 @@ awaitable<void> Http1Connection::run() {
       for (;;) {
         if (!parked_) {
           if (!in_) in_ = w_.take_read_buffer();
-          auto [ec, n] = co_await sock_.async_read_some(in_->prepare(), nothrow);
+          auto [ec, n] = co_await stream_.read_some(in_->prepare());
           if (!ec) {
             in_->commit(n);
             rx_ += n;
@@ -116,6 +125,7 @@ awaitable<void> Http1Connection::run() {
             parking_ = false;
             parked_ = true;
             w_.put_read_buffer(std::move(in_));
+            stream_.release_buffers();
             continue;
           }
           break;  // closed, reset, idle timeout or drain
@@ -126,7 +136,7 @@ awaitable<void> Http1Connection::run() {
         }
         in_ = w_.take_read_buffer();
         error_code rec;
-        const std::size_t n = sock_.read_some(in_->prepare(), rec);
+        const std::size_t n = stream_.read_now(in_->prepare(), rec);
         if (rec == asio::error::would_block || rec == asio::error::try_again) {
           w_.put_read_buffer(std::move(in_));
           continue;
@@ -161,9 +171,7 @@ awaitable<void> Http1Connection::run() {
     }
   }
   if (linger_) co_await lingering_close();
-  error_code ec;
-  sock_.shutdown(tcp::socket::shutdown_both, ec);
-  sock_.close(ec);
+  stream_.close();
 }
 
 awaitable<void> Http1Connection::lingering_close() {
@@ -171,8 +179,7 @@ awaitable<void> Http1Connection::lingering_close() {
   // Closing now would make the kernel reset the connection when more of the
   // client's body arrives, and a reset can destroy our answer before the
   // client reads it. So: stop sending, then read and discard for a while.
-  error_code ec;
-  sock_.shutdown(tcp::socket::shutdown_send, ec);
+  stream_.shutdown_send();
   if (!in_) in_ = w_.take_read_buffer();
   Timer t(w_.ctx.get_executor(), std::chrono::seconds(2));
   t.async_wait([this](error_code tec) {
@@ -181,7 +188,7 @@ awaitable<void> Http1Connection::lingering_close() {
   std::size_t drained = 0;
   while (drained < 4 * 1024 * 1024) {
     in_->clear();
-    auto [rec, n] = co_await sock_.async_read_some(in_->prepare(), nothrow);
+    auto [rec, n] = co_await stream_.read_some(in_->prepare());
     if (rec) break;
     drained += n;
   }
@@ -319,7 +326,7 @@ awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
       why = Reason::HeaderTooLarge;
       co_return HeadResult::Failed;
     }
-    auto [ec, n] = co_await sock_.async_read_some(buf, nothrow);
+    auto [ec, n] = co_await stream_.read_some(buf);
     if (ec) {
       if (b.watchdog.expired()) {
         why = Reason::RequestTimeout;
@@ -380,7 +387,7 @@ awaitable<BodyRead> Http1Connection::read_body() {
     // The next byte is due by the minimum rate (on top of the gap the
     // exchange allows, and its deadline).
     b_->watchdog.arm_at_most(rate_deadline(body_start_, body_bytes_ + 1), Watchdog::Phase::Body, *this);
-    auto [ec, n] = co_await sock_.async_read_some(buf, nothrow);
+    auto [ec, n] = co_await stream_.read_some(buf);
     if (ec) co_return b_->watchdog.expired() ? BodyRead::Timeout : BodyRead::Gone;
     in_->commit(n);
     rx_ += n;
@@ -398,7 +405,7 @@ awaitable<bool> Http1Connection::write(const http::Buffers& bufs) {
   const auto t = now();
   const std::size_t size = asio::buffer_size(bufs);
   b_->watchdog.arm_at_most(std::min(t + l_->cfg.body_timeout, rate_deadline(t, size)), Watchdog::Phase::Write, *this);
-  auto [ec, n] = co_await write_all(sock_, bufs);
+  auto [ec, n] = co_await stream_.write_all(bufs);
   tx_ += n;
   co_return !ec;
 }
@@ -494,21 +501,26 @@ void Http1Connection::watch(ClientWatch& w) {
   // Readable while nothing is read means EOF (the client left) or pipelined
   // data; with pipelined bytes already buffered there is nothing to watch.
   if (in_ && !in_->empty()) return;
+  // TLS: decrypted bytes already inside the stream are pipelined data too,
+  // and telling a close from data means reading into the buffer.
+  if (stream_.tls() && (!in_ || stream_.buffered())) return;
   watcher_ = &w;
   watch_for_close(++watch_gen_);
 }
 
 void Http1Connection::watch_for_close(std::uint64_t gen) {
-  sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](error_code ec) {
+  stream_.wait_readable([self = shared_from_this(), gen](error_code ec) {
     if (ec || gen != self->watch_gen_ || !self->watcher_) return;
-    char c;
-    const ssize_t n = ::recv(self->sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-      std::exchange(self->watcher_, nullptr)->on_client_gone();
-    } else if (n < 0) {
-      self->watch_for_close(gen);  // a spurious wake-up
+    switch (self->stream_.poll(*self->in_)) {
+      case Stream::Poll::End:
+        std::exchange(self->watcher_, nullptr)->on_client_gone();
+        break;
+      case Stream::Poll::Nothing:  // a spurious wake-up, or a TLS record that held no data
+        self->watch_for_close(gen);
+        break;
+      case Stream::Poll::Data:  // pipelined data: it waits for after this request
+        break;
     }
-    // n > 0: pipelined data; it waits in the socket for after this request.
   });
 }
 

@@ -19,6 +19,7 @@
 #include "proxy/downstream.hpp"
 #include "proxy/exchange_buffers.hpp"
 #include "proxy/io_buffer.hpp"
+#include "proxy/stream.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/watchdog.hpp"
 #include "proxy/worker.hpp"
@@ -82,8 +83,9 @@ class Http1Connection final : public Downstream,
   Listener* l_;  ///< of the request in progress's Runtime (serve() renews it)
   const std::size_t slot_;
   const std::shared_ptr<ListenerSlot> slot_state_;  ///< counts and guards, whatever the Runtime
-  Socket sock_;
+  Stream stream_;
   Peer peer_;
+  core::PeerIdentity identity_;  ///< a verified client certificate's names (peer_.identity points here)
   std::unique_ptr<IoBuffer> in_;
   std::unique_ptr<ExchangeBuffers> b_;
   ClientWatch* watcher_ = nullptr;

@@ -27,6 +27,7 @@
 namespace levee::proxy {
 
 class Cluster;
+class ServerTls;
 class Runtime;
 class Worker;
 
@@ -87,6 +88,8 @@ class Listener {
   const std::shared_ptr<ListenerSlot> slot;
   const core::Classifier classifier;
   const std::vector<Route> routes;  ///< parallel to classifier.routes()
+  /// TLS termination (proxy/tls_context.hpp); null: cleartext.
+  std::shared_ptr<const ServerTls> tls;
 
   bool batch() const noexcept { return cfg.mode == config::ListenerConfig::Mode::Batch; }
   /// Whether any of its traffic goes through a fuse: a batch listener, or a

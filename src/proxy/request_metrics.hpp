@@ -23,6 +23,11 @@ struct MetricLabels {
 /// Why a connection was refused (levee_downstream_refused_total{cause}).
 enum class RefuseCause : std::size_t { MaxConnections, PerSource, AcceptRate, Draining };
 /// What went wrong with an upstream attempt (levee_upstream_errors_total{kind}).
+/// How a TLS handshake ended (levee_tls_handshakes_total{result}).
+enum class HandshakeResult : std::size_t { Full, Resumed, Failed, Timeout };
+/// What a distrusted header was (levee_untrusted_headers_total{header}),
+/// in the order of core::Ignored's bits.
+inline constexpr std::size_t kUntrustedKinds = 4;
 enum class UpstreamError : std::size_t { Connect, Reset, Timeout, Protocol };
 
 struct RequestMetrics {
@@ -35,6 +40,8 @@ struct RequestMetrics {
   metrics::CounterTable local_replies;      // listener, reason
   metrics::CounterTable connections;        // listener
   metrics::CounterTable refused;            // listener, cause
+  metrics::CounterTable untrusted;          // listener, header (not believed from an untrusted client)
+  metrics::CounterTable tls_handshakes;     // listener, result
   metrics::CounterTable upstream_requests;  // (cluster, endpoint), code class
   metrics::CounterTable upstream_errors;    // (cluster, endpoint), kind
   metrics::CounterTable upstream_connects;  // cluster

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "config/to_core.hpp"
+#include "proxy/tls_context.hpp"
 
 namespace levee::proxy {
 
@@ -94,6 +95,7 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w, std::sh
     clusters.push_back(std::make_unique<Cluster>(cc, i, std::move(admission), config::endpoint_policy(cc),
                                                  expand_endpoints(cc, discovered), workers, t0,
                                                  previous ? previous->cluster(cc.name) : nullptr));
+    if (cc.tls.enabled) clusters.back()->tls = client_tls(cc.tls, cfg->source);
     labels.clusters.push_back(cc.name);
     labels.endpoint_base.push_back(labels.endpoints.size());
     for (const auto& ep : clusters.back()->endpoints) labels.endpoints.push_back({cc.name, ep->label});
@@ -115,6 +117,7 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w, std::sh
     if (!slot) slot = std::make_shared<ListenerSlot>(process->next_slot.fetch_add(1), key);
     listeners.push_back(std::make_unique<Listener>(*this, lc, li, config::classifier(*cfg, lc, tenants),
                                                    std::move(routes), std::move(slot)));
+    if (lc.tls.enabled) listeners.back()->tls = server_tls(lc.tls, cfg->source);
   }
   // The last shard is the control thread's (health checks).
   metrics = std::make_unique<RequestMetrics>(labels, workers + 1);

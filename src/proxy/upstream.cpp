@@ -11,16 +11,10 @@
 namespace levee::proxy {
 
 UpstreamConn::UpstreamConn(Executor ex, const Cluster& c, std::size_t ep, std::uint64_t gen)
-    : sock(ex), buf(8 * 1024, 80 * 1024), owner(&c), cluster(c.index), endpoint(ep), generation(gen) {}
+    : stream(ex), buf(8 * 1024, 80 * 1024), owner(&c), cluster(c.index), endpoint(ep), generation(gen) {}
 
 UpstreamConn::~UpstreamConn() {
   if (fuse) fuse->note_closed(*this);
-}
-
-bool quiet(Socket& s) noexcept {
-  char b;
-  const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 UpstreamPool::UpstreamPool(const Runtime& rt) : rt_(&rt) {
@@ -85,7 +79,7 @@ std::unique_ptr<UpstreamConn> UpstreamPool::take(const Cluster& cl, std::size_t 
     --idle_total_;
     if (t - conn->idle_since >= cl.cfg.idle_timeout) continue;
     if (conn->generation != generation) continue;
-    if (quiet(conn->sock)) return conn;
+    if (conn->stream.quiet()) return conn;
     // Anything readable on an idle connection is a close or bytes that
     // belong to no request: either way it is not reusable.
   }

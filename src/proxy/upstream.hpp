@@ -13,6 +13,7 @@
 #include "proxy/asio.hpp"
 #include "proxy/clock.hpp"
 #include "proxy/io_buffer.hpp"
+#include "proxy/stream.hpp"
 
 namespace levee::proxy {
 
@@ -28,7 +29,8 @@ struct UpstreamConn {
   UpstreamConn(const UpstreamConn&) = delete;
   UpstreamConn& operator=(const UpstreamConn&) = delete;
 
-  Socket sock;
+  Stream stream;  ///< cleartext, or TLS when the cluster says so
+  Socket& sock() noexcept { return stream.socket(); }
   IoBuffer buf;
   Fuse* fuse = nullptr;  ///< the fuse this connection counts against
   core::TimePoint idle_since{};
@@ -78,10 +80,6 @@ class UpstreamPool {
   std::map<const Cluster*, Moved> moved_;
   std::size_t idle_total_ = 0;
 };
-
-/// Whether a pooled connection is still usable: nothing to read (no stray
-/// bytes, no close) and no error on it. One non-blocking peek.
-bool quiet(Socket& s) noexcept;
 
 /// The worker's view of each cluster's effective weights, rebuilt when the
 /// cluster publishes new ones; endpoints are chosen by weighted power of

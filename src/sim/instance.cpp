@@ -82,7 +82,12 @@ Instance::Instance(Engine& e, Wire& w, const InstanceGroupConfig& g, std::uint32
   const config::ListenerConfig* l = &cfg.listeners.front();
   for (const auto& x : cfg.listeners)
     if (x.name == g.listener) l = &x;
-  classifier_ = std::make_unique<core::Classifier>(config::classifier(cfg, *l, tenants_));
+  // Simulated clients are the service's own callers: their signals count
+  // unless the scenario writes a `trust` section (a real listener off
+  // loopback trusts nobody by default).
+  config::ListenerConfig trusted = *l;
+  if (!trusted.trust.set) trusted.trust.sources.any = true;
+  classifier_ = std::make_unique<core::Classifier>(config::classifier(cfg, trusted, tenants_));
   for (const auto& r : l->routes) route_cluster_.push_back(r.cluster_index);
   for (std::size_t c = 0; c < cfg.clusters.size(); ++c) {
     const auto& cl = cfg.clusters[c];

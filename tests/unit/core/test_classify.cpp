@@ -132,3 +132,94 @@ TEST_CASE("configured header names are the ones read", "[classify]") {
   CHECK(r.deadline == TimePoint{} + 100ms);
   CHECK(r.attempt == 2);
 }
+
+// --- trust (issue 13) ---------------------------------------------------------
+
+namespace {
+TrustPolicy trust_networks(std::initializer_list<const char*> nets) {
+  TrustPolicy t;
+  for (const char* n : nets) t.signals.networks.push_back(*parse_network(n));
+  return t;
+}
+}  // namespace
+
+TEST_CASE("from an untrusted source criticality, deadline and attempts are ignored and reported", "[classify][trust]") {
+  TenantTable tenants;
+  Classifier c({rule("", "/", Criticality::Sheddable, 5s)}, {}, tenants, {}, trust_networks({"10.0.0.0/8"}));
+  const TimePoint t{};
+  std::vector<F> f{{"x-criticality", "CRITICAL_PLUS"}, {"x-request-timeout-ms", "100"}, {"x-attempt-count", "3"}};
+  auto stranger = c.classify("h", "/", f, kStranger, t);
+  CHECK_FALSE(stranger.trusted);
+  CHECK(stranger.criticality == Criticality::Sheddable);  // the route's default
+  CHECK(stranger.deadline == t + 5s);                     // the route's timeout
+  CHECK(stranger.attempt == 1);
+  CHECK(stranger.ignored == (kIgnoredCriticality | kIgnoredTimeout | kIgnoredAttempt));
+  auto inside = c.classify("h", "/", f, *parse_address("10.1.2.3"), t);
+  CHECK(inside.trusted);
+  CHECK(inside.criticality == Criticality::CriticalPlus);
+  CHECK(inside.deadline == t + 100ms);
+  CHECK(inside.attempt == 3);
+  CHECK(inside.ignored == 0);
+  // Nothing claimed, nothing ignored; a malformed claim from a stranger is not believed either (no 400).
+  std::vector<F> none;
+  CHECK(c.classify("h", "/", none, kStranger, t).ignored == 0);
+  std::vector<F> bad{{"x-criticality", "URGENT"}};
+  auto b = c.classify("h", "/", bad, kStranger, t);
+  CHECK(b.error == Reason::None);
+  CHECK(b.ignored == kIgnoredCriticality);
+  CHECK(c.classify("h", "/", bad, *parse_address("10.0.0.1"), t).error == Reason::BadCriticality);
+}
+
+TEST_CASE("a route may let untrusted clients claim a criticality up to a cap", "[classify][trust]") {
+  TenantTable tenants;
+  RouteRule r = rule("", "/", Criticality::Sheddable);
+  r.untrusted_max = Criticality::SheddablePlus;
+  Classifier c({r}, {}, tenants, {}, trust_networks({}));
+  std::vector<F> plus{{"x-criticality", "CRITICAL_PLUS"}};
+  auto capped = c.classify("h", "/", plus, kStranger, TimePoint{});
+  CHECK(capped.criticality == Criticality::SheddablePlus);
+  CHECK(capped.ignored == kIgnoredCriticality);
+  std::vector<F> low{{"x-criticality", "SHEDDABLE"}};
+  auto below = c.classify("h", "/", low, kStranger, TimePoint{});
+  CHECK(below.criticality == Criticality::Sheddable);
+  CHECK(below.ignored == 0);
+}
+
+TEST_CASE("a tenant header not believed is reported; a certificate identity wins over any header", "[classify][trust]") {
+  TenantTable tenants({"gold", "silver"});
+  TenantSource src;  // the header is trusted from nowhere
+  src.certificate_tenants.emplace("spiffe://corp/svc/billing", tenants.find("silver"));
+  Classifier c({rule("", "/")}, {src}, tenants, {}, trust_networks({}));
+  std::vector<F> f{{"x-tenant-id", "gold"}};
+  auto plain = c.classify("h", "/", f, kStranger, TimePoint{});
+  CHECK(plain.tenant == kDefaultTenant);
+  CHECK(plain.ignored == kIgnoredTenant);
+  PeerIdentity id;
+  id.uris.push_back("spiffe://corp/svc/billing");
+  auto cert = c.classify("h", "/", f, PeerView{kStranger, &id}, TimePoint{});
+  CHECK(cert.tenant == tenants.find("silver"));
+  CHECK(cert.tenant_from == TenantOrigin::Certificate);
+  CHECK(cert.ignored == kIgnoredTenant);
+  PeerIdentity other;
+  other.uris.push_back("spiffe://corp/svc/unknown");
+  CHECK(c.classify("h", "/", f, PeerView{kStranger, &other}, TimePoint{}).tenant == kDefaultTenant);
+}
+
+TEST_CASE("trusted identities: exact or a prefix ending in '*'", "[classify][trust]") {
+  TenantTable tenants;
+  TrustPolicy t;
+  t.signals.identities = {"spiffe://corp/ns/edge/*", "gateway.corp"};
+  Classifier c({rule("", "/", Criticality::Sheddable)}, {}, tenants, {}, t);
+  std::vector<F> f{{"x-criticality", "CRITICAL"}};
+  PeerIdentity edge;
+  edge.uris.push_back("spiffe://corp/ns/edge/sa/lb");
+  CHECK(c.classify("h", "/", f, PeerView{kStranger, &edge}, TimePoint{}).criticality == Criticality::Critical);
+  PeerIdentity gw;
+  gw.cn = "gateway.corp";
+  CHECK(c.classify("h", "/", f, PeerView{kStranger, &gw}, TimePoint{}).criticality == Criticality::Critical);
+  PeerIdentity nope;
+  nope.uris.push_back("spiffe://corp/ns/other/sa/x");
+  nope.dns.push_back("gateway.corp.evil");
+  CHECK(c.classify("h", "/", f, PeerView{kStranger, &nope}, TimePoint{}).criticality == Criticality::Sheddable);
+  CHECK(c.classify("h", "/", f, kStranger, TimePoint{}).criticality == Criticality::Sheddable);
+}

@@ -26,10 +26,10 @@ TEST_CASE("networks parse in both families, IPv4 stored IPv4-mapped", "[net]") {
 TEST_CASE("trusted sources: none by default, any when asked", "[net]") {
   TrustedSources none;
   CHECK_FALSE(none.contains(*parse_address("127.0.0.1")));
-  TrustedSources lo{{*parse_network("127.0.0.0/8"), *parse_network("::1/128")}, false};
+  TrustedSources lo{{*parse_network("127.0.0.0/8"), *parse_network("::1/128")}, false, {}};
   CHECK(lo.contains(*parse_address("127.9.9.9")));
   CHECK(lo.contains(*parse_address("::1")));
   CHECK_FALSE(lo.contains(*parse_address("10.0.0.1")));
-  TrustedSources any{{}, true};
+  TrustedSources any{{}, true, {}};
   CHECK(any.contains(*parse_address("203.0.113.7")));
 }

@@ -1,0 +1,93 @@
+// The edge's configuration: TLS on listeners (certificates by SNI, ALPN,
+// versions, resumption, client certificates, the handshake timeout) and
+// who a listener trusts. Defaults live here; src/config/tls.cpp reads
+// them; docs/configuration.md is the reference.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/classify.hpp"
+#include "core/net.hpp"
+#include "core/time.hpp"
+
+namespace levee::config {
+
+using core::Duration;
+using namespace std::chrono_literals;
+
+/// Where a key was written, for problems found only when its file is
+/// loaded (at start-up, or when the file changes).
+struct Place {
+  int line = 0;    ///< 1-based; 0: unknown
+  int column = 0;
+  std::string path;  ///< e.g. listeners[0].tls.certificates[1].key_file
+};
+
+enum class TlsVersion : std::uint8_t { V1_2, V1_3 };
+
+/// One certificate a TLS listener can present.
+struct CertificateConfig {
+  std::string cert_file;  ///< `certificate`: PEM, the certificate then its chain
+  std::string key_file;   ///< `key`: PEM private key
+  /// SNI names it answers (exact or "*.example.com"); empty: the names in
+  /// the certificate (SAN DNS entries, else the CN).
+  std::vector<std::string> names;
+  Place cert_place, key_place;
+};
+
+enum class ClientAuth : std::uint8_t { None, Optional, Required };
+
+struct ClientAuthConfig {
+  ClientAuth mode = ClientAuth::None;
+  std::string ca_file;  ///< PEM bundle client certificates are verified against
+  std::uint32_t verify_depth = 4;
+  Place ca_place;
+};
+
+/// TLS termination on a listener.
+struct ServerTlsConfig {
+  bool enabled = false;
+  std::vector<CertificateConfig> certificates;  ///< the first is the default (no or unknown SNI)
+  std::vector<std::string> alpn = {"http/1.1"};
+  TlsVersion min_version = TlsVersion::V1_2;
+  TlsVersion max_version = TlsVersion::V1_3;
+  /// TLS 1.2 cipher list (OpenSSL syntax): forward secrecy and AEAD only.
+  std::string ciphers =
+      "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+      "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+  /// TLS 1.3 suites; empty: OpenSSL's (AES-GCM and ChaCha20-Poly1305).
+  std::string ciphersuites;
+  std::string groups = "X25519:P-256:P-384";
+  bool session_tickets = true;
+  std::uint32_t session_cache = 20480;  ///< server-side sessions (TLS 1.2 IDs), 0: none
+  Duration session_timeout = 300s;      ///< how long a session may be resumed
+  /// The handshake must be done within this, or the connection is closed.
+  Duration handshake_timeout = 10s;
+  ClientAuthConfig client_auth;
+  Place place;  ///< the `tls` key
+};
+
+/// TLS from levee to a cluster's endpoints (requests; not health checks yet).
+struct UpstreamTlsConfig {
+  bool enabled = false;
+  std::string ca_file;      ///< `ca`: PEM bundle; empty: the system's trusted CAs
+  std::string server_name;  ///< SNI and the name verified; empty: the endpoint's host
+  bool verify = true;       ///< false: encrypt without checking the server (tests only)
+  Place ca_place;
+  Place place;  ///< the `tls` key
+};
+
+/// Who a listener believes.
+struct TrustConfig {
+  bool set = false;  ///< written in the file; else: everyone on a loopback listener, nobody elsewhere
+  core::TrustedSources sources;  ///< networks (or any) and certificate identities
+};
+
+/// Whether an address string (as written in a listener) is loopback.
+bool loopback_address(const std::string& address);
+
+}  // namespace levee::config

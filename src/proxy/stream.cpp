@@ -1,0 +1,231 @@
+#include "proxy/stream.hpp"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+
+#include <boost/asio/ssl/error.hpp>
+
+#include <cerrno>
+#include <cstring>
+
+namespace levee::proxy {
+
+namespace {
+
+/// The largest TLS record's payload: what one SSL_write turns into one record.
+constexpr std::size_t kRecord = 16384;
+
+/// Small pieces of a response (a head, a chunk header, a short body) are
+/// copied together here so that they leave as one record and one send.
+/// Used only between the copy and the SSL_write that encrypts it: a write
+/// that must wait has its record already encrypted inside OpenSSL, which
+/// never reads the scratch again (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
+thread_local char tls_scratch[kRecord];
+
+/// What OpenSSL reported, as an error code; clears the thread's error queue
+/// so that the next operation's SSL_get_error is not misled.
+error_code ssl_error(int err) noexcept {
+  const unsigned long e = ERR_peek_last_error();
+  ERR_clear_error();
+  if (err == SSL_ERROR_SYSCALL && e == 0) {
+    if (errno != 0) return error_code(errno, boost::system::system_category());
+    return asio::error::eof;
+  }
+  if (e == 0) return asio::error::fault;
+  return error_code(static_cast<int>(e), asio::error::get_ssl_category());
+}
+
+/// Nothing to read (no stray bytes, no FIN) and no error: one non-blocking peek.
+bool socket_quiet(int fd) noexcept {
+  char b;
+  const ssize_t n = ::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+Stream::~Stream() {
+  if (ssl_) SSL_free(ssl_);
+}
+
+void Stream::attach(ssl_st* ssl) noexcept {
+  ssl_ = ssl;
+  // OpenSSL reads and writes the descriptor itself (BIO_NOCLOSE: the
+  // socket stays Asio's). Read-ahead takes whatever the kernel holds in one
+  // recv instead of a header read and a body read per record.
+  SSL_set_fd(ssl_, sock_.native_handle());
+  SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_set_read_ahead(ssl_, 1);
+}
+
+awaitable<error_code> Stream::handshake() {
+  for (;;) {
+    const int r = SSL_do_handshake(ssl_);
+    if (r == 1) co_return error_code{};
+    const int err = SSL_get_error(ssl_, r);
+    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
+      closed_ = true;  // no close_notify after a failed handshake
+      co_return ssl_error(err);
+    }
+    auto [ec] = co_await sock_.async_wait(err == SSL_ERROR_WANT_WRITE ? tcp::socket::wait_write : tcp::socket::wait_read,
+                                          nothrow);
+    if (ec) co_return ec;
+  }
+}
+
+std::size_t Stream::tls_read_now(asio::mutable_buffer b, error_code& ec) {
+  ec = {};
+  if (b.size() == 0) return 0;
+  std::size_t n = 0;
+  const int r = SSL_read_ex(ssl_, b.data(), b.size(), &n);
+  if (r == 1) return n;
+  const int err = SSL_get_error(ssl_, r);
+  switch (err) {
+    case SSL_ERROR_WANT_READ:
+      want_write_ = false;
+      ec = asio::error::would_block;
+      return 0;
+    case SSL_ERROR_WANT_WRITE:
+      want_write_ = true;
+      ec = asio::error::would_block;
+      return 0;
+    case SSL_ERROR_ZERO_RETURN:  // close_notify (or a bare FIN: SSL_OP_IGNORE_UNEXPECTED_EOF)
+      ec = asio::error::eof;
+      return 0;
+    default:
+      closed_ = true;
+      ec = ssl_error(err);
+      return 0;
+  }
+}
+
+awaitable<Stream::ReadResult> Stream::tls_read_some(asio::mutable_buffer b) {
+  for (;;) {
+    error_code ec;
+    const std::size_t n = tls_read_now(b, ec);
+    if (ec != asio::error::would_block) co_return ReadResult{ec, n};
+    auto [wec] = co_await sock_.async_wait(want(), nothrow);
+    if (wec) co_return ReadResult{wec, 0};
+  }
+}
+
+bool Stream::tls_buffered() const noexcept { return SSL_has_pending(ssl_) == 1; }
+
+awaitable<std::tuple<error_code>> Stream::tls_wait_readable() {
+  if (tls_buffered()) co_return std::tuple<error_code>{};
+  co_return co_await sock_.async_wait(want(), nothrow);
+}
+
+awaitable<Stream::WriteResult> Stream::tls_write_all(http::Buffers bufs) {
+  std::size_t done = 0;
+  auto it = bufs.begin();
+  std::size_t off = 0;  // into *it
+  while (it != bufs.end()) {
+    // The next record: a piece of at least a record's size goes straight
+    // from its buffer; smaller ones are gathered into the scratch.
+    const char* p;
+    std::size_t len;
+    if (it->size() - off >= kRecord) {
+      p = static_cast<const char*>(it->data()) + off;
+      len = kRecord;
+      off += kRecord;
+      if (off == it->size()) ++it, off = 0;
+    } else {
+      len = 0;
+      while (it != bufs.end() && len < kRecord) {
+        const std::size_t take = std::min(kRecord - len, it->size() - off);
+        std::memcpy(tls_scratch + len, static_cast<const char*>(it->data()) + off, take);
+        len += take;
+        off += take;
+        if (off == it->size()) ++it, off = 0;
+      }
+      p = tls_scratch;
+    }
+    while (len > 0) {
+      std::size_t n = 0;
+      const int r = SSL_write_ex(ssl_, p, len, &n);
+      if (r == 1) {
+        p += n;
+        len -= n;
+        done += n;
+        continue;
+      }
+      const int err = SSL_get_error(ssl_, r);
+      if (err != SSL_ERROR_WANT_WRITE && err != SSL_ERROR_WANT_READ) {
+        closed_ = true;
+        co_return WriteResult{ssl_error(err), done};
+      }
+      auto [ec] = co_await sock_.async_wait(err == SSL_ERROR_WANT_WRITE ? tcp::socket::wait_write : tcp::socket::wait_read,
+                                            nothrow);
+      if (ec) co_return WriteResult{ec, done};
+    }
+  }
+  co_return WriteResult{error_code{}, done};
+}
+
+Stream::Poll Stream::poll(IoBuffer& into) noexcept {
+  if (!ssl_) {
+    char c;
+    const ssize_t n = ::recv(sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return Poll::Data;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Poll::Nothing;
+    return Poll::End;
+  }
+  auto buf = into.prepare();
+  if (buf.size() == 0) return Poll::Data;  // full: what is there waits for the reader
+  error_code ec;
+  const std::size_t n = tls_read_now(buf, ec);
+  if (!ec) {
+    into.commit(n);
+    return Poll::Data;
+  }
+  return ec == asio::error::would_block ? Poll::Nothing : Poll::End;
+}
+
+bool Stream::quiet() noexcept {
+  if (!ssl_) return socket_quiet(sock_.native_handle());
+  if (closed_ || tls_buffered()) return false;
+  char c;
+  error_code ec;
+  tls_read_now(asio::buffer(&c, 1), ec);  // processes tickets; data or a close is not quiet
+  if (ec != asio::error::would_block) return false;
+  return socket_quiet(sock_.native_handle());
+}
+
+void Stream::release_buffers() noexcept {
+  if (ssl_) SSL_free_buffers(ssl_);
+}
+
+void Stream::shutdown_send() noexcept {
+  if (ssl_ && !closed_ && SSL_is_init_finished(ssl_)) {
+    SSL_shutdown(ssl_);  // queues close_notify and tries to send it; never waits
+    ERR_clear_error();
+  }
+  closed_ = true;
+  error_code ec;
+  sock_.shutdown(tcp::socket::shutdown_send, ec);
+}
+
+void Stream::close() noexcept {
+  if (!closed_ && ssl_ && SSL_is_init_finished(ssl_)) {
+    SSL_shutdown(ssl_);
+    ERR_clear_error();
+  }
+  closed_ = true;
+  error_code ec;
+  sock_.shutdown(tcp::socket::shutdown_both, ec);
+  sock_.close(ec);
+}
+
+std::string_view Stream::alpn() const noexcept {
+  if (!ssl_) return {};
+  const unsigned char* p = nullptr;
+  unsigned int n = 0;
+  SSL_get0_alpn_selected(ssl_, &p, &n);
+  return p ? std::string_view(reinterpret_cast<const char*>(p), n) : std::string_view{};
+}
+
+bool Stream::resumed() const noexcept { return ssl_ && SSL_session_reused(ssl_) == 1; }
+
+}  // namespace levee::proxy

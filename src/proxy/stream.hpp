@@ -1,0 +1,142 @@
+// The byte stream of one connection, either direction: a TCP socket in
+// cleartext, or TLS through OpenSSL on the same socket. Chosen per
+// listener (or per cluster) when the connection is made; the HTTP/1.1 code
+// (and the HTTP/2 code to come) is written against this type alone.
+//
+// Cleartext costs what the bare socket costs: each operation is one
+// predictable branch and then the very call the socket would get (the
+// returned awaitable is the socket's own, no extra coroutine frame), so
+// nothing per byte and nothing per request is added.
+//
+// TLS drives OpenSSL directly on the socket's descriptor (a socket BIO):
+// OpenSSL reads and writes the kernel's buffers itself, with read-ahead, so
+// a request costs one recv and a response one send, as in cleartext, and no
+// ciphertext is copied through an intermediate buffer. (Asio's ssl::stream
+// runs OpenSSL over a memory BIO pair and moves every record through it,
+// and writes one buffer of a sequence per record; docs/benchmarks.md has
+// the measurement that chose this design.) Reads and writes are attempted
+// at once and wait for readiness only when OpenSSL wants more; responses
+// are coalesced into records of up to 16 KiB from a per-thread scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include "http/framing.hpp"
+#include "proxy/asio.hpp"
+#include "proxy/io.hpp"
+#include "proxy/io_buffer.hpp"
+
+// OpenSSL's SSL, without its headers here.
+struct ssl_st;
+
+namespace levee::proxy {
+
+class Stream {
+ public:
+  using ReadResult = std::tuple<error_code, std::size_t>;
+  using WriteResult = std::pair<error_code, std::size_t>;
+
+  explicit Stream(Socket s) noexcept : sock_(std::move(s)) {}
+  explicit Stream(Executor ex) : sock_(ex) {}
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  Socket& socket() noexcept { return sock_; }
+  const Socket& socket() const noexcept { return sock_; }
+  bool tls() const noexcept { return ssl_ != nullptr; }
+  ssl_st* ssl() const noexcept { return ssl_; }
+  /// Takes ownership of a TLS session bound to this socket (the caller made
+  /// it with SSL_new and chose server or client side); the handshake is next.
+  void attach(ssl_st* ssl) noexcept;
+
+  /// The TLS handshake; an error names what failed. Cancel the socket to
+  /// give up (a timeout): the wait ends with operation_aborted.
+  awaitable<error_code> handshake();
+
+  /// Reads some bytes, waiting for them if none are there.
+  awaitable<ReadResult> read_some(asio::mutable_buffer b) {
+    if (!ssl_) [[likely]] return sock_.async_read_some(b, nothrow);
+    return tls_read_some(b);
+  }
+  /// Reads what is there without waiting: would_block when nothing is.
+  std::size_t read_now(asio::mutable_buffer b, error_code& ec) {
+    if (!ssl_) [[likely]] return sock_.read_some(b, ec);
+    return tls_read_now(b, ec);
+  }
+  /// Bytes held inside the stream that a read returns although the socket
+  /// may not be readable (TLS read-ahead). A reader checks this before it
+  /// waits for the socket.
+  bool buffered() const noexcept { return ssl_ && tls_buffered(); }
+  /// Writes all of bufs: inline when the socket takes it, waiting for what
+  /// it does not. The socket must be in non-blocking mode.
+  awaitable<WriteResult> write_all(const http::Buffers& bufs) {
+    if (!ssl_) [[likely]] return proxy::write_all(sock_, bufs);
+    return tls_write_all(bufs);
+  }
+
+  /// Waits until the socket is readable (or returns at once when the
+  /// stream already holds bytes); then read_now().
+  awaitable<std::tuple<error_code>> wait_readable() {
+    if (!ssl_) [[likely]] return sock_.async_wait(tcp::socket::wait_read, nothrow);
+    return tls_wait_readable();
+  }
+  /// Calls h(error_code) when the socket is readable, or at once when
+  /// the stream already holds bytes. Readable is not data: the caller
+  /// then asks poll(), and waits again on Poll::Nothing.
+  template <typename Handler>
+  void wait_readable(Handler&& h) {
+    if (ssl_ && tls_buffered()) {
+      asio::post(sock_.get_executor(), [h = std::forward<Handler>(h)]() mutable { h(error_code{}); });
+      return;
+    }
+    sock_.async_wait(ssl_ ? want() : tcp::socket::wait_read, std::forward<Handler>(h));
+  }
+  enum class Poll : std::uint8_t { Nothing, Data, End };
+  /// What a readiness meant, without waiting. Cleartext peeks (the data
+  /// stays in the socket); TLS reads what arrived into `into` (handshake
+  /// messages such as session tickets are consumed and are Nothing). End:
+  /// the peer closed, or the stream broke.
+  Poll poll(IoBuffer& into) noexcept;
+
+  /// No idle-connection surprises: nothing to read, no close, no error (one
+  /// non-blocking look; a TLS stream processes tickets that arrived).
+  bool quiet() noexcept;
+  /// Frees what an idle TLS session holds (its record buffers); none is
+  /// held by a cleartext stream.
+  void release_buffers() noexcept;
+
+  void cancel() noexcept {
+    error_code ec;
+    sock_.cancel(ec);
+  }
+  /// Stops sending: TLS sends close_notify first (never waiting for it).
+  void shutdown_send() noexcept;
+  /// close_notify (TLS), then the TCP shutdown and close.
+  void close() noexcept;
+
+  /// The protocol ALPN chose ("" when none).
+  std::string_view alpn() const noexcept;
+  /// Whether the TLS handshake resumed a session.
+  bool resumed() const noexcept;
+
+ private:
+  awaitable<ReadResult> tls_read_some(asio::mutable_buffer b);
+  std::size_t tls_read_now(asio::mutable_buffer b, error_code& ec);
+  bool tls_buffered() const noexcept;
+  awaitable<std::tuple<error_code>> tls_wait_readable();
+  awaitable<WriteResult> tls_write_all(http::Buffers bufs);
+  /// The readiness the last TLS operation waits for.
+  tcp::socket::wait_type want() const noexcept { return want_write_ ? tcp::socket::wait_write : tcp::socket::wait_read; }
+
+  Socket sock_;
+  ssl_st* ssl_ = nullptr;
+  bool want_write_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace levee::proxy

@@ -1,0 +1,100 @@
+// TLS termination on a listener: the OpenSSL contexts built from the
+// listener's `tls` settings (one per certificate, chosen by SNI, the first
+// the default), and the identity a verified client certificate carries.
+//
+// Built once at start-up, shared read-only by every worker (an SSL_CTX is
+// safe to use from several threads once configured). A bad file is a
+// configuration error that names it: check_tls() reports it in the same
+// file:line:column form as the loader, and main exits 2.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "core/net.hpp"
+#include "core/time.hpp"
+#include "proxy/asio.hpp"
+
+struct ssl_st;
+struct ssl_ctx_st;
+
+namespace levee::proxy {
+
+class ServerTls {
+ public:
+  /// Loads every certificate and key. Errors go to `errors` (naming the
+  /// file); the result is null when there is one.
+  static std::shared_ptr<ServerTls> make(const config::ServerTlsConfig& c, const std::string& source,
+                                         std::vector<config::Error>& errors);
+  ~ServerTls();
+  ServerTls(const ServerTls&) = delete;
+  ServerTls& operator=(const ServerTls&) = delete;
+
+  /// A new server-side session for one accepted connection.
+  ssl_st* session() const;
+  core::Duration handshake_timeout() const noexcept { return cfg_.handshake_timeout; }
+  bool client_certificates() const noexcept { return cfg_.client_auth.mode != config::ClientAuth::None; }
+
+  /// The context a server name selects (exact, then "*.suffix" one label
+  /// deep), or null: the default stays.
+  ssl_ctx_st* select(std::string_view server_name) const noexcept;
+
+ private:
+  explicit ServerTls(const config::ServerTlsConfig& c) : cfg_(c) {}
+  struct Cert {
+    ssl_ctx_st* ctx = nullptr;
+    std::vector<std::string> names;  ///< lower case; "*.example.com" for a wildcard
+  };
+  config::ServerTlsConfig cfg_;
+  std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys
+};
+
+class Stream;
+struct RequestMetrics;
+
+/// The server side of a TLS handshake on an accepted connection, bounded by
+/// the listener's handshake_timeout (a client that is slow or silent is
+/// cut off then). False: the connection is to be closed.
+/// Counts it in levee_tls_handshakes_total{listener, result}.
+awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, std::size_t shard,
+                           std::size_t listener);
+
+/// TLS to a cluster's endpoints: one client context, verifying the server
+/// against the CA bundle (or the system's) and the endpoint's name.
+class ClientTls {
+ public:
+  static std::shared_ptr<ClientTls> make(const config::UpstreamTlsConfig& c, const std::string& source,
+                                         std::vector<config::Error>& errors);
+  ~ClientTls();
+  ClientTls(const ClientTls&) = delete;
+  ClientTls& operator=(const ClientTls&) = delete;
+  /// A client session for `host` (SNI unless it is an IP literal; the name
+  /// or address the certificate must carry), or null.
+  ssl_st* session(const std::string& host) const;
+
+ private:
+  explicit ClientTls(const config::UpstreamTlsConfig& c) : cfg_(c) {}
+  config::UpstreamTlsConfig cfg_;
+  ssl_ctx_st* ctx_ = nullptr;
+};
+
+/// The client side of a handshake on a connected upstream socket (bounded
+/// by the caller's watchdog, which cancels the socket). False: failed.
+awaitable<bool> connect_tls(Stream& s, const ClientTls& tls, const std::string& host);
+
+/// ClientTls::make at start-up; throws on a bad file.
+std::shared_ptr<const ClientTls> client_tls(const config::UpstreamTlsConfig& c, const std::string& source);
+
+/// What a verified peer certificate names (SAN URIs, SAN DNS names, CN).
+core::PeerIdentity peer_identity(ssl_st* ssl);
+
+/// ServerTls::make for a listener at start-up; throws (with the errors,
+/// formatted) when a file is bad.
+std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source);
+
+/// Every listener's TLS files loaded once, for start-up and --validate.
+std::vector<config::Error> check_tls(const config::Config& cfg);
+
+}  // namespace levee::proxy

@@ -1,0 +1,522 @@
+"""TLS termination at the edge (issue 13), with real clients: curl and
+`openssl s_client`. Certificates are made per test run with the openssl CLI
+in a temporary directory (no key material is committed)."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+from harness import LEVEE, Backend, Levee, cluster, free_port, wait_until
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, timeout=30, **kw)
+
+
+class Pki:
+    """A throwaway CA and certificates it signs (ECDSA P-256)."""
+
+    def __init__(self, tc):
+        self.dir = tempfile.mkdtemp(prefix="levee-tls-")
+        tc.addCleanup(shutil.rmtree, self.dir, True)
+        self.ca = self.path("ca.pem")
+        self.ca_key = self.path("ca.key")
+        self.ca_subject = "/CN=levee test CA " + os.path.basename(self.dir)
+        self._ok(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                  "-keyout", self.ca_key, "-out", self.ca, "-days", "2", "-subj", self.ca_subject])
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _ok(self, args):
+        r = run(args)
+        if r.returncode != 0:
+            raise AssertionError(f"{' '.join(args)}: {r.stderr}")
+
+    def issue(self, name, cn, dns=(), uris=(), client=False):
+        """A leaf for `cn` with SANs; returns (cert, key). The cert file holds the chain (leaf, CA)."""
+        key, csr, leaf, chain, ext = (self.path(name + s) for s in (".key", ".csr", ".leaf.pem", ".pem", ".ext"))
+        self._ok(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                  "-keyout", key, "-out", csr, "-subj", "/CN=" + cn])
+        sans = [f"DNS:{d}" for d in dns] + [f"URI:{u}" for u in uris]
+        with open(ext, "w") as f:
+            if sans:
+                f.write("subjectAltName=" + ",".join(sans) + "\n")
+            f.write("extendedKeyUsage=" + ("clientAuth" if client else "serverAuth") + "\n")
+        self._ok(["openssl", "x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", self.ca_key, "-CAcreateserial",
+                  "-out", leaf, "-days", "2", "-extfile", ext])
+        with open(chain, "w") as out:
+            for p in (leaf, self.ca):
+                with open(p) as f:
+                    out.write(f.read())
+        return chain, key
+
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: www.test\r\nConnection: close\r\n\r\n"
+
+
+def s_client(port, *args, servername=None, data=REQUEST):
+    """openssl s_client's whole output (stdout and stderr) for one connection
+    that sends `data` and reads until levee closes (so that TLS 1.3 session
+    tickets, sent after the handshake, have arrived)."""
+    cmd = ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-ign_eof"] + list(args)
+    cmd += ["-servername", servername] if servername else ["-noservername"]
+    r = subprocess.run(cmd, input=data, capture_output=True, timeout=30)
+    return r.returncode, (r.stdout + r.stderr).decode(errors="replace")
+
+
+def negotiated(out):
+    """(version, cipher) of a handshake that completed, or None."""
+    m = re.search(r"^(?:New|Reused), (TLSv1\.\d), Cipher is (\S+)", out, re.M)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def peer_subject(port, servername=None):
+    """The subject of the certificate levee presents for a server name."""
+    r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-showcerts"]
+                       + (["-servername", servername] if servername else ["-noservername"]),
+                       input=b"", capture_output=True, timeout=30)
+    out = r.stdout.decode(errors="replace")
+    for line in out.splitlines():
+        if line.startswith("subject="):
+            return line
+    raise AssertionError("no certificate in s_client output:\n" + out + r.stderr.decode(errors="replace"))
+
+
+@unittest.skipUnless(shutil.which("openssl") and shutil.which("curl"), "needs the openssl CLI and curl")
+class TlsTermination(unittest.TestCase):
+    def setUp(self):
+        self.pki = Pki(self)
+        self.cert, self.key = self.pki.issue("www", "www.test", dns=["www.test", "localhost"])
+        self.be = Backend(self)
+
+    def levee(self, tls, **kw):
+        return Levee(self, [cluster("app", [self.be.address])], listener={"tls": tls}, **kw)
+
+    def curl(self, lv, path="/headers", name="www.test", *extra):
+        return run(["curl", "-sS", "--cacert", self.pki.ca, "--resolve", f"{name}:{lv.port}:127.0.0.1",
+                    f"https://{name}:{lv.port}{path}", "-w", "\n%{http_code} %{http_version}"] + list(extra))
+
+    def test_curl_over_https_is_proxied(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key})
+        r = self.curl(lv)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        body, _, status = r.stdout.rpartition("\n")
+        self.assertEqual(status, "200 1.1")
+        self.assertIn("host: www.test", body.lower())
+        # Keep-alive over TLS: two requests on one connection, one handshake.
+        r = run(["curl", "-sS", "--cacert", self.pki.ca, "--resolve", f"www.test:{lv.port}:127.0.0.1",
+                 f"https://www.test:{lv.port}/", f"https://www.test:{lv.port}/", "-o", "/dev/null", "-o", "/dev/null",
+                 "-w", "%{http_code} %{num_connects}\n"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split("\n")[:2], ["200 1", "200 0"])
+
+    def test_a_kept_alive_connection_idle_past_parking_serves_again(self):
+        # levee parks a connection idle for 100 ms (frees its buffers, and its
+        # coroutine rests until the socket is readable); the TLS session must
+        # survive that without a second handshake.
+        import http.client
+        import ssl
+        lv = self.levee({"certificate": self.cert, "key": self.key})
+        ctx = ssl.create_default_context(cafile=self.pki.ca)
+        c = http.client.HTTPSConnection("127.0.0.1", lv.port, context=ctx, timeout=10)
+        c._context.check_hostname = False  # the certificate names www.test, we dial the address
+        for i in range(3):
+            if i:
+                time.sleep(0.3)  # the idle spell under test, not a synchronisation
+            c.request("GET", "/", headers={"Host": "www.test"})
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+        c.close()
+        self.assertEqual(lv.metric("levee_tls_handshakes_total", result="full"), 1)
+
+    def test_cleartext_on_a_tls_listener_gets_no_http_answer(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key})
+        with socket.create_connection(("127.0.0.1", lv.port), timeout=5) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while True:
+                b = s.recv(4096)
+                if not b:
+                    break
+                got += b
+        self.assertNotIn(b"HTTP/1.1", got)
+        # and the listener still serves TLS
+        self.assertEqual(self.curl(lv, "/").returncode, 0)
+
+    def test_alpn_tls_versions_and_ciphers(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key})
+        rc, out = s_client(lv.port, "-alpn", "h2,http/1.1", servername="www.test")
+        self.assertIn("ALPN protocol: http/1.1", out)
+        self.assertEqual(negotiated(out)[0], "TLSv1.3")
+        self.assertIn("HTTP/1.1 200", out)
+        rc, out = s_client(lv.port, "-alpn", "h2", servername="www.test")  # nothing in common: no ALPN, still served
+        self.assertIn("No ALPN negotiated", out)
+        self.assertIn("HTTP/1.1 200", out)
+        rc, out = s_client(lv.port, "-tls1_2", servername="www.test")
+        version, cipher = negotiated(out)
+        self.assertEqual(version, "TLSv1.2")
+        self.assertRegex(cipher, r"^ECDHE-ECDSA-(AES128-GCM-SHA256|AES256-GCM-SHA384|CHACHA20-POLY1305)$")
+        # TLS 1.1 and 1.0 are refused (at security level 0 the client offers them).
+        for old in ("-tls1_1", "-tls1"):
+            rc, out = s_client(lv.port, old, "-cipher", "DEFAULT:@SECLEVEL=0", servername="www.test")
+            self.assertNotEqual(rc, 0, old)
+            self.assertIsNone(negotiated(out), out)
+            self.assertNotIn("HTTP/1.1 200", out)
+        # A TLS 1.2 client offering only CBC without forward secrecy is refused.
+        rc, out = s_client(lv.port, "-tls1_2", "-cipher", "AES128-SHA", servername="www.test")
+        self.assertNotEqual(rc, 0)
+        self.assertIsNone(negotiated(out), out)
+
+    def test_sni_chooses_among_certificates_with_a_default(self):
+        other, other_key = self.pki.issue("api", "api.test", dns=["api.test", "*.api.test"])
+        lv = self.levee({"certificates": [{"certificate": self.cert, "key": self.key},
+                                          {"certificate": other, "key": other_key}]})
+        self.assertIn("CN = api.test", peer_subject(lv.port, "api.test"))
+        self.assertIn("CN = api.test", peer_subject(lv.port, "v1.api.test"))   # wildcard, one label
+        self.assertIn("CN = www.test", peer_subject(lv.port, "a.v1.api.test"))  # not two labels: the default
+        self.assertIn("CN = www.test", peer_subject(lv.port, "www.test"))
+        self.assertIn("CN = www.test", peer_subject(lv.port, "unknown.example"))
+        self.assertIn("CN = www.test", peer_subject(lv.port))                   # no SNI: the default
+        # curl verifies the chosen certificate against the name it asked for.
+        r = self.curl(lv, "/", "v1.api.test")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.endswith("200 1.1"), r.stdout)
+
+    def test_explicit_names_override_the_certificate_names(self):
+        other, other_key = self.pki.issue("alt", "alt.test", dns=["alt.test"])
+        lv = self.levee({"certificates": [{"certificate": self.cert, "key": self.key},
+                                          {"certificate": other, "key": other_key, "names": ["Special.Example"]}]})
+        self.assertIn("CN = alt.test", peer_subject(lv.port, "special.example"))
+        self.assertIn("CN = www.test", peer_subject(lv.port, "alt.test"))
+
+    def test_sessions_resume(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key})
+        for version in ("-tls1_3", "-tls1_2"):
+            sess = self.pki.path("sess" + version)
+            rc, out = s_client(lv.port, version, "-sess_out", sess, servername="www.test")
+            self.assertTrue(out.startswith("CONNECTED") and "New, TLSv1" in out, out)
+            rc, out = s_client(lv.port, version, "-sess_in", sess, servername="www.test")
+            self.assertIn("Reused, " + {"-tls1_3": "TLSv1.3", "-tls1_2": "TLSv1.2"}[version], out)
+            self.assertIn("HTTP/1.1 200", out)
+
+    def test_tickets_off_still_resumes_from_the_cache(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key, "session_tickets": False})
+        sess = self.pki.path("sess-cache")
+        rc, out = s_client(lv.port, "-tls1_2", "-sess_out", sess, servername="www.test")
+        self.assertNotIn("TLS session ticket:", out)
+        rc, out = s_client(lv.port, "-tls1_2", "-sess_in", sess, servername="www.test")
+        self.assertIn("Reused, TLSv1.2", out)
+
+    def test_a_silent_client_is_closed_after_the_handshake_timeout(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key, "handshake_timeout": "300ms"})
+        silent = socket.create_connection(("127.0.0.1", lv.port), timeout=10)
+        slow = socket.create_connection(("127.0.0.1", lv.port), timeout=10)
+        slow.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, then nothing
+        t0 = time.monotonic()
+        for s in (silent, slow):
+            self.assertEqual(s.recv(100), b"")  # closed by levee, nothing sent
+        elapsed = time.monotonic() - t0
+        self.assertGreaterEqual(elapsed, 0.25)
+        self.assertLess(elapsed, 5.0)
+        silent.close()
+        slow.close()
+        # The next client is served.
+        r = self.curl(lv, "/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.endswith("200 1.1"), r.stdout)
+
+    def test_a_silent_client_does_not_delay_others(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key, "handshake_timeout": "30s"})
+        silent = [socket.create_connection(("127.0.0.1", lv.port), timeout=10) for _ in range(20)]
+        t0 = time.monotonic()
+        r = self.curl(lv, "/")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertLess(time.monotonic() - t0, 5.0)
+        for s in silent:
+            s.close()
+
+
+@unittest.skipUnless(shutil.which("openssl") and shutil.which("curl"), "needs the openssl CLI and curl")
+class MutualTls(unittest.TestCase):
+    """Client certificates against a CA bundle; the identity as tenant and as a trusted source."""
+
+    def setUp(self):
+        self.pki = Pki(self)
+        self.cert, self.key = self.pki.issue("www", "www.test", dns=["www.test"])
+        self.billing = self.pki.issue("billing", "billing-svc", uris=["spiffe://corp/ns/prod/sa/billing"], client=True)
+        self.edge = self.pki.issue("edge", "silver", uris=["spiffe://corp/ns/edge/sa/lb"], client=True)
+        self.be = Backend(self)
+
+    def levee(self, mode="required", tenant=None, trust=None):
+        listener = {"tls": {"certificate": self.cert, "key": self.key,
+                            "client_auth": {"mode": mode, "ca": self.pki.ca}},
+                    "tenant": tenant or {"certificate_tenants": {"spiffe://corp/ns/prod/sa/billing": "gold"}}}
+        if trust is not None:
+            listener["trust"] = trust
+        return Levee(self, [cluster("app", [self.be.address])], listener=listener,
+                     extra={"tenants": {"quotas": {"default": 1.0, "gold": 1.0, "silver": 1.0}}})
+
+    def curl(self, lv, client=None, headers=()):
+        args = ["curl", "-sS", "--cacert", self.pki.ca, "--resolve", f"www.test:{lv.port}:127.0.0.1",
+                f"https://www.test:{lv.port}/headers", "-w", "\n%{http_code}"]
+        if client:
+            args += ["--cert", client[0], "--key", client[1]]
+        for h in headers:
+            args += ["-H", h]
+        r = run(args)
+        body, _, status = r.stdout.rpartition("\n")
+        return r.returncode, status, body.lower(), r.stderr
+
+    def test_required_accepts_a_certificate_and_takes_the_tenant_from_it(self):
+        lv = self.levee()
+        rc, status, body, err = self.curl(lv, self.billing, ["X-Tenant-Id: silver"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        # The header cannot override the certificate: levee replaced it with the certificate's tenant.
+        self.assertIn("x-tenant-id: gold", body)
+        self.assertNotIn("silver", body)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="gold"), 1)
+        self.assertEqual(lv.metric("levee_tls_handshakes_total", result="full"), 1)
+
+    def test_required_refuses_a_client_without_a_certificate(self):
+        lv = self.levee()
+        # (the harness's readiness probe connected and left: a failed handshake already)
+        before = lv.metric("levee_tls_handshakes_total", result="failed")
+        rc, status, body, err = self.curl(lv)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("certificate required", err)
+        wait_until(lambda: lv.metric("levee_tls_handshakes_total", result="failed") == before + 1,
+                   what="the failed handshake counted")
+        self.assertEqual(lv.metric("levee_admitted_total"), 0)
+
+    def test_a_certificate_from_another_ca_is_refused(self):
+        other = Pki(self)
+        stranger = other.issue("billing", "billing-svc", uris=["spiffe://corp/ns/prod/sa/billing"], client=True)
+        for mode in ("required", "optional"):
+            lv = self.levee(mode)
+            rc, status, body, err = self.curl(lv, stranger)
+            self.assertNotEqual(rc, 0, mode)
+            self.assertEqual(lv.metric("levee_admitted_total"), 0, mode)
+
+    def test_optional_serves_clients_without_a_certificate_as_the_default_tenant(self):
+        lv = self.levee("optional")
+        rc, status, body, err = self.curl(lv, None, ["X-Tenant-Id: gold"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="default"), 1)
+        self.assertIn("x-tenant-id: default", body)  # not believed from a stranger, replaced
+        rc, status, body, err = self.curl(lv, self.billing)
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="gold"), 1)
+
+    def test_tenant_named_by_a_certificate_field(self):
+        lv = self.levee(tenant={"from_certificate": "cn"})
+        rc, status, body, err = self.curl(lv, self.edge)  # CN=silver
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertEqual(lv.metric("levee_admitted_total", tenant="silver"), 1)
+
+    def test_identities_as_trusted_sources(self):
+        lv = self.levee(trust={"networks": [], "identities": ["spiffe://corp/ns/edge/*"]})
+        rc, status, body, err = self.curl(lv, self.edge, ["X-Criticality: CRITICAL_PLUS"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertIn("x-criticality: critical_plus", body)
+        rc, status, body, err = self.curl(lv, self.billing, ["X-Criticality: CRITICAL_PLUS"])
+        self.assertEqual((rc, status), (0, "200"), err)
+        self.assertIn("x-criticality: critical", body)  # the default class, not the claim
+        self.assertNotIn("critical_plus", body)
+        self.assertEqual(lv.metric("levee_untrusted_headers_total", header="criticality"), 1)
+
+    def test_identities_and_certificate_tenants_need_client_auth(self):
+        cfg_dir = self.pki.dir
+        path = os.path.join(cfg_dir, "bad.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "tls": {"certificate": self.cert, "key": self.key},
+                                      "trust": {"identities": ["x"]},
+                                      "tenant": {"certificate_tenants": {"x": "gold"}},
+                                      "routes": [{"cluster": "app"}]}],
+                       "tenants": {"quotas": {"gold": 1.0}},
+                       "clusters": [{"name": "app", "endpoints": ["127.0.0.1:1"]}]}, f)
+        r = run([LEVEE, "--validate", path])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("listeners[0].trust.identities: needs tls.client_auth", r.stderr)
+        self.assertIn("listeners[0].tenant: tenants from certificates need tls.client_auth", r.stderr)
+
+
+class TlsBackend:
+    """An HTTPS backend (Python's ssl): answers with the request's headers and
+    remembers the SNI names and the connections it saw."""
+
+    def __init__(self, tc, cert, key):
+        import http.server
+        import ssl
+        import threading
+        seen = self.seen = {"sni": [], "connections": 0, "requests": 0}
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        ctx.sni_callback = lambda sock, name, c: seen["sni"].append(name)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                seen["connections"] += 1
+                super().setup()
+
+            def do_GET(self):
+                seen["requests"] += 1
+                body = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        t = threading.Thread(target=self.server.serve_forever, daemon=True)
+        t.start()
+        tc.addCleanup(self.server.server_close)
+        tc.addCleanup(self.server.shutdown)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "needs the openssl CLI")
+class UpstreamTls(unittest.TestCase):
+    """TLS from levee to a cluster: verified against a CA bundle, with SNI."""
+
+    def setUp(self):
+        self.pki = Pki(self)
+        cert, key = self.pki.issue("backend", "backend.test", dns=["backend.test"])
+        self.be = TlsBackend(self, cert, key)
+
+    def levee(self, tls):
+        return Levee(self, [cluster("app", [self.be.address], tls=tls)])
+
+    def test_requests_go_over_verified_tls_with_sni_and_pooled_connections(self):
+        lv = self.levee({"ca": self.pki.ca, "server_name": "backend.test"})
+        c = lv.conn()
+        for _ in range(3):
+            c.request("GET", "/headers", headers={"Host": "front.test"})
+            r = c.getresponse()
+            body = r.read().decode().lower()
+            self.assertEqual(r.status, 200, body)
+            self.assertIn("host: front.test", body)
+        c.close()
+        self.assertEqual(self.be.seen["requests"], 3)
+        self.assertEqual(self.be.seen["sni"], ["backend.test"])
+        self.assertEqual(self.be.seen["connections"], 1)  # one pooled TLS connection served all three
+        self.assertEqual(lv.metric("levee_upstream_connections_total", cluster="app"), 1)
+
+    def test_a_server_the_bundle_does_not_vouch_for_is_not_used(self):
+        other = Pki(self)
+        for tls in ({"ca": other.ca, "server_name": "backend.test"},   # another CA
+                    {"ca": self.pki.ca, "server_name": "wrong.test"}):  # the certificate does not name it
+            lv = self.levee(tls)
+            status, _, body = lv.request("GET", "/headers")
+            self.assertGreaterEqual(status, 500, body)
+            self.assertEqual(self.be.seen["requests"], 0, tls)
+            self.assertGreaterEqual(lv.metric("levee_upstream_errors_total", kind="connect"), 1)
+
+    def test_verify_off_encrypts_without_checking(self):
+        lv = self.levee({"verify": False})
+        status, _, body = lv.request("GET", "/headers")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.be.seen["sni"], [None])  # an IP endpoint and no server_name: no SNI
+
+    def test_a_missing_ca_bundle_is_a_config_error(self):
+        missing = self.pki.path("nope-ca.pem")
+        path = self.pki.path("up.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "address": "127.0.0.1", "routes": [{"cluster": "app"}]}],
+                       "clusters": [{"name": "app", "endpoints": [self.be.address], "tls": {"ca": missing}}]}, f)
+        r = run([LEVEE, "--validate", path])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("clusters[0].tls.ca", r.stderr)
+        self.assertIn(missing, r.stderr)
+
+    def test_health_checks_over_tls_are_refused_until_supported(self):
+        path = self.pki.path("hc.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "address": "127.0.0.1", "routes": [{"cluster": "app"}]}],
+                       "clusters": [{"name": "app", "endpoints": [self.be.address], "tls": {"ca": self.pki.ca},
+                                     "health_check": {"path": "/healthz"}}]}, f)
+        r = run([LEVEE, "--validate", path])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("clusters[0].health_check: health checks over TLS are not supported yet", r.stderr)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "needs the openssl CLI")
+class TlsConfigErrors(unittest.TestCase):
+    """A bad certificate set-up stops start-up with exit 2 and names the file."""
+
+    def setUp(self):
+        self.pki = Pki(self)
+        self.cert, self.key = self.pki.issue("www", "www.test", dns=["www.test"])
+        _, self.other_key = self.pki.issue("other", "other.test")
+
+    def start(self, tls, validate=False):
+        cfg = {"admin": {"address": "127.0.0.1", "port": free_port()},
+               "listeners": [{"name": "main", "address": "127.0.0.1", "port": free_port(), "tls": tls,
+                              "routes": [{"cluster": "app"}]}],
+               "clusters": [{"name": "app", "endpoints": ["127.0.0.1:1"]}]}
+        path = self.pki.path("levee.yaml")
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=1)
+        args = [LEVEE, "--validate", path] if validate else [LEVEE, "-c", path]
+        return run(args)
+
+    def assert_config_error(self, tls, *needles):
+        for validate in (False, True):
+            r = self.start(tls, validate)
+            self.assertEqual(r.returncode, 2, (validate, r.stdout, r.stderr))
+            for n in needles:
+                self.assertIn(n, r.stderr, validate)
+            self.assertIn("listeners[0].tls", r.stderr)
+
+    def test_missing_certificate_file(self):
+        missing = self.pki.path("nope.pem")
+        self.assert_config_error({"certificate": missing, "key": self.key}, missing, "No such file")
+
+    def test_missing_key_file(self):
+        missing = self.pki.path("nope.key")
+        self.assert_config_error({"certificate": self.cert, "key": missing}, missing, "No such file")
+
+    def test_a_file_that_is_not_a_certificate(self):
+        junk = self.pki.path("junk.pem")
+        with open(junk, "w") as f:
+            f.write("not a certificate\n")
+        self.assert_config_error({"certificate": junk, "key": self.key}, junk, "is not a PEM certificate")
+
+    def test_a_key_that_does_not_match(self):
+        self.assert_config_error({"certificate": self.cert, "key": self.other_key}, self.other_key,
+                                 "does not match certificate", self.cert)
+
+    def test_a_certificate_list_names_the_entry(self):
+        missing = self.pki.path("second.pem")
+        r = self.start({"certificates": [{"certificate": self.cert, "key": self.key},
+                                         {"certificate": missing, "key": self.key}]})
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("listeners[0].tls.certificates[1].certificate", r.stderr)
+        self.assertIn(missing, r.stderr)
+
+    def test_schema_errors(self):
+        r = self.start({"certificate": self.cert})
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("listeners[0].tls.key", r.stderr)
+        r = self.start({"certificate": self.cert, "key": self.key, "min_version": "1.1"})
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("must be 1.2 or 1.3", r.stderr)
+        r = self.start({"certificate": self.cert, "key": self.key, "alpn": ["h2"]})
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("h2 is not supported yet", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
