@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import BUILD, Procs, free_port, machine, pin, wait_port  # noqa: E402
+from run import BUILD, Procs, free_port, machine, pin, start_static_backend, wait_port  # noqa: E402
 
 
 def rss_kib(pid):
@@ -67,15 +67,7 @@ def main():
     procs = Procs()
     results = {}
     try:
-        be = free_port()
-        with open(os.path.join(procs.dir, "be.conf"), "w") as f:
-            f.write(f"""daemon off; worker_processes 1; pid {procs.dir}/be.pid; error_log {procs.dir}/be.err;
-events {{ worker_connections 4096; }}
-http {{ access_log off; keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{be}; location / {{ return 200 "ok\\n"; }} }} }}
-""")
-        procs.start(pin("1") + ["nginx", "-p", procs.dir, "-c", os.path.join(procs.dir, "be.conf")], "backend")
-        wait_port(be)
+        be = start_static_backend(procs)
         fronts = {}
         port, admin = free_port(), free_port()
         cfg = {"admin": {"address": "127.0.0.1", "port": admin}, "workers": 1,

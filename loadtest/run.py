@@ -100,6 +100,22 @@ class Procs:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def start_static_backend(procs):
+    """nginx answering `return 200 "ok"` on CPU 1: the cheapest backend at
+    hand, for benchmarks of the proxy rather than of the backend. Returns
+    its port."""
+    be = free_port()
+    with open(os.path.join(procs.dir, "be.conf"), "w") as f:
+        f.write(f"""daemon off; worker_processes 1; pid {procs.dir}/be.pid; error_log {procs.dir}/be.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{be}; location / {{ return 200 "ok\\n"; }} }} }}
+""")
+    procs.start(pin("1") + ["nginx", "-p", procs.dir, "-c", os.path.join(procs.dir, "be.conf")], "backend")
+    wait_port(be)
+    return be
+
+
 def start_backend(procs, port, b, index, cold=False):
     """cold: a restart, slower for its first warmup_seconds (if configured)."""
     args = pin("1") + [os.path.join(BUILD, "levee-backend"), "--port", str(port), "--workers", str(b["workers"]),

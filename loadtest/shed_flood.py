@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overhead import haproxy_cfg, levee_cfg  # noqa: E402
-from run import BUILD, Procs, free_port, machine, pin, wait_port  # noqa: E402
+from run import BUILD, Procs, free_port, machine, pin, start_static_backend, wait_port  # noqa: E402
 
 
 def wrk(port, seconds, conns, criticality):
@@ -70,15 +70,7 @@ def main():
     procs = Procs()
     results = {}
     try:
-        be = free_port()
-        with open(os.path.join(procs.dir, "be.conf"), "w") as f:
-            f.write(f"""daemon off; worker_processes 1; pid {procs.dir}/be.pid; error_log {procs.dir}/be.err;
-events {{ worker_connections 4096; }}
-http {{ access_log off; keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{be}; location / {{ return 200 "ok\\n"; }} }} }}
-""")
-        procs.start(pin("1") + ["nginx", "-p", procs.dir, "-c", os.path.join(procs.dir, "be.conf")], "backend")
-        wait_port(be)
+        be = start_static_backend(procs)
         ports = {}
         for name, backoff in (("levee", None), ("levee-nobackoff", "0s")):
             port, admin = free_port(), free_port()
