@@ -228,9 +228,10 @@ class SelfProtection(unittest.TestCase):
 
     def test_a_connection_refused_again_and_again_is_read_less_often(self):
         be = Backend(self)
-        lv = Levee(self, [cluster("app", [be.address])], extra={"self_protection": {
-            "time_constant": "20ms", "sample_interval": "1ms",
-            "thresholds": {"SHEDDABLE": 0.0, "SHEDDABLE_PLUS": 50, "CRITICAL": 50, "CRITICAL_PLUS": 50}}})
+        lv = Levee(self, [cluster("app", [be.address])], listener={"shed_backoff": "100ms"},
+                   extra={"self_protection": {
+                       "time_constant": "20ms", "sample_interval": "1ms",
+                       "thresholds": {"SHEDDABLE": 0.0, "SHEDDABLE_PLUS": 50, "CRITICAL": 50, "CRITICAL_PLUS": 50}}})
         wait_until(lambda: lv.request("GET", "/", headers={"x-criticality": "SHEDDABLE"})[0] == 503,
                    what="SHEDDABLE shed")
         c = http.client.HTTPConnection("127.0.0.1", lv.port, timeout=10)
