@@ -40,18 +40,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-std::string digest(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 0xf];
-  }
-  return out;
-}
 
 /// "file:line:col: key: message", the key placed in the file's text.
 std::string placed(const std::string& file, const std::string& text, const std::string& key, std::string message) {
@@ -249,7 +237,7 @@ Server::ReloadResult Server::reload(std::string_view why) {
   overrides_ = {};
   cfg_ = next_cfg;
   text_ = std::move(text);
-  config_hash_ = digest(text_);
+  config_hash_ = sha256_hex(text_);
   install(next, std::move(bound));
   last_reload_ok_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   reloads_.inc(0, reloads_.index({0}));

@@ -15,11 +15,7 @@
 
 namespace levee::control {
 
-namespace asio = boost::asio;
-using boost::system::error_code;
-
-namespace {
-
+/// The config text's SHA-256 in hex (levee_config_info, /admin/config).
 std::string sha256_hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
@@ -32,6 +28,12 @@ std::string sha256_hex(std::string_view data) {
   }
   return out;
 }
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -41,6 +41,9 @@ class Worker;
 
 namespace levee::control {
 
+/// The SHA-256 of a configuration file's text, in hex: start-up and reload name the config by it.
+std::string sha256_hex(std::string_view data);
+
 /// The admin actions, as levee_admin_actions_total labels them.
 inline const std::vector<std::string> kAdminActions = {"reload",          "drain",           "undrain",
                                                        "endpoint_drain",  "endpoint_disable", "endpoint_enable",
