@@ -286,8 +286,11 @@ class MutualTls(unittest.TestCase):
 
     def test_required_refuses_a_client_without_a_certificate(self):
         lv = self.levee()
-        # (the harness's readiness probe connected and left: a failed handshake already)
-        before = lv.metric("levee_tls_handshakes_total", result="failed")
+        # The harness's port probe connected and left: one failed handshake, counted when levee
+        # notices the close. Wait for it, or it may land after `before` is read (it did under ASan).
+        before = wait_until(lambda: lv.metric("levee_tls_handshakes_total", result="failed"),
+                            what="the port probe's handshake counted")
+        self.assertEqual(before, 1)
         rc, status, body, err = self.curl(lv)
         self.assertNotEqual(rc, 0)
         self.assertIn("certificate required", err)
