@@ -5,7 +5,7 @@
 #   scripts/deps.sh --test     also the real peers and checkers the tests drive
 #                              (redis, redis-sentinel, haproxy, nginx, wrk, h2load,
 #                              promtool, curl, systemd-analyze, dpkg-shlibdeps and
-#                              file (CPack), python3-kubernetes) and clang with its
+#                              file (CPack), python3-kubernetes, chromium) and clang with its
 #                              libFuzzer runtime (tests/fuzz)
 #   scripts/deps.sh --bench    also what the benchmark report needs (matplotlib)
 #
@@ -112,6 +112,7 @@ if [ "$want_test" -eq 1 ]; then
              python3 openssl procps iproute2
              systemd dpkg-dev file python3-kubernetes python3-jsonschema
              clang libclang-rt-dev)  # libFuzzer, ASan, UBSan for clang (a Recommends of clang's)
+  test_pkgs+=(chromium)  # the admin page's browser test (headless)
   apt_install "${test_pkgs[@]}"
   if [ "$codename" = bookworm ] && [ ! -f "$PREFIX/.stamp-k8s-v1" ]; then
     mkdir -p "$PREFIX"

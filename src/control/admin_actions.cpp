@@ -85,7 +85,7 @@ std::optional<bool> parse_bool(std::string_view s) {
 }
 
 constexpr std::string_view kEndpoints =
-    "GET /metrics /healthz /ready /admin/clusters /admin/config /admin/info /admin/stats; "
+    "GET /metrics /healthz /ready /admin/ /admin/clusters /admin/config /admin/info /admin/stats; "
     "POST /admin/reload /admin/drain /admin/undrain /admin/endpoint/{drain,disable,enable,weight} "
     "/admin/dry_run /admin/log_level\n";
 
@@ -110,6 +110,13 @@ asio::awaitable<AdminReply> Server::admin_request(const AdminRequest& r) {
   const bool read = r.method == "GET" || r.method == "HEAD";
   const bool known_get = p == "/metrics" || p == "/healthz" || p == "/ready" || p == "/admin/clusters" ||
                          p == "/admin/config" || p == "/admin/info" || p == "/admin/stats";
+  if ((p == "/admin/" || p == "/admin") && read) {
+    AdminReply out{200, "text/html; charset=utf-8", std::string(admin_page_html()), {}};
+    // The page runs no script but its own and loads nothing from elsewhere.
+    out.extra = "content-security-policy: default-src 'self'; script-src 'unsafe-inline'; "
+                "style-src 'unsafe-inline'\r\nx-content-type-options: nosniff\r\n";
+    co_return out;
+  }
   if (known_get) {
     if (!read) {
       auto out = text(405, "method not allowed: this endpoint answers GET and HEAD\n");

@@ -78,7 +78,30 @@ std::string Server::clusters_json() const {
       << ",\"queue_time_ms\":" << s.queue_time_s * 1e3 << ",\"drain_rate\":" << s.drain_rate
       << ",\"overloaded\":" << (s.overloaded ? "true" : "false") << ",\"backend_utilization\":" << s.utilization
       << ",\"retry_budget\":" << s.retry_budget << ",\"throttle\":\"" << mode_name(modes[0]) << "\",\"quota\":\""
-      << mode_name(modes[1]) << "\",\"queue\":\"" << mode_name(modes[2]) << "\",\"endpoints\":[";
+      << mode_name(modes[1]) << "\",\"queue\":\"" << mode_name(modes[2]) << '"';
+    // Per criticality: the throttle's rejection probability and the queue.
+    const auto by_crit = [&o](std::string_view key, const auto& values) {
+      o << ",\"" << key << "\":{";
+      for (std::size_t k = 0; k < core::kAllCriticalities.size(); ++k) {
+        const auto crit = core::kAllCriticalities[k];
+        if (k) o << ',';
+        json_string(o, core::to_string(crit));
+        o << ':' << values[core::index(crit)];
+      }
+      o << '}';
+    };
+    by_crit("throttle_probability", s.throttle_p);
+    by_crit("queue_by_criticality", s.depth_by_crit);
+    o << ",\"tenants\":[";
+    for (std::size_t id = 0; id < s.tenant_usage.size(); ++id) {
+      if (id) o << ',';
+      o << "{\"name\":";
+      json_string(o, rt_->tenants.name(static_cast<core::TenantId>(id)));
+      o << ",\"quota\":" << s.tenant_quota[id] << ",\"usage\":" << s.tenant_usage[id];
+      by_crit("usage_by_criticality", s.tenant_usage_by_crit[id]);
+      o << '}';
+    }
+    o << "],\"endpoints\":[";
     for (std::size_t k = 0; k < c.endpoints.size(); ++k) {
       const auto& e = *c.endpoints[k];
       if (k) o << ',';
@@ -125,7 +148,9 @@ std::string Server::stats_json() const {
   for (std::size_t p = 0; p < h.by_criticality.size(); ++p) {
     if (p) o << ',';
     o << '[';
-    for (std::size_t c = 0; c < h.by_criticality[p].size(); ++c) o << (c ? "," : "") << h.by_criticality[p][c];
+    // Columns in the order of "criticalities" (most critical first).
+    for (std::size_t k = 0; k < core::kAllCriticalities.size(); ++k)
+      o << (k ? "," : "") << h.by_criticality[p][core::index(core::kAllCriticalities[k])];
     o << ']';
   }
   o << "],\"admitted\":[";

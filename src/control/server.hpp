@@ -41,6 +41,9 @@ class Worker;
 
 namespace levee::control {
 
+/// The live admin page (admin_page.cpp).
+std::string_view admin_page_html() noexcept;
+
 /// The SHA-256 of a configuration file's text, in hex: start-up and reload name the config by it.
 std::string sha256_hex(std::string_view data);
 

@@ -231,6 +231,16 @@ Cluster::Snapshot Cluster::snapshot(TimePoint t) {
   auto& quota = admission_.quota();
   for (TenantId id = 0; id < quota.tenants(); ++id) {
     s.tenant_usage.push_back(quota.usage_total(id, t));
+    // usage() counts a criticality and everything above it; one level alone
+    // is the difference between neighbours.
+    std::array<double, core::kCriticalityCount> at{};
+    double above = 0;
+    for (auto c : core::kAllCriticalities) {  // most critical first
+      const double at_least = quota.usage(id, c, t);
+      at[core::index(c)] = std::max(0.0, at_least - above);
+      above = at_least;
+    }
+    s.tenant_usage_by_crit.push_back(at);
     s.tenant_quota.push_back(quota.quota(id));
   }
   s.retry_share = admission_.attempts().retry_share(t);

@@ -155,6 +155,8 @@ class Cluster {
     bool codel_overloaded = false, overloaded = false;
     std::array<double, core::kCriticalityCount> throttle_p{};
     std::vector<double> tenant_usage;  ///< by TenantId, CPU-s/s
+    /// by TenantId: usage at each criticality alone, CPU-s/s
+    std::vector<std::array<double, core::kCriticalityCount>> tenant_usage_by_crit;
     std::vector<double> tenant_quota;
     double retry_share = 0;
     double retry_budget = 0;  ///< retries the budget would allow now
