@@ -170,6 +170,7 @@ struct ListenerConfig {
   std::vector<RouteConfig> routes;
   ServerTlsConfig tls;
   TrustConfig trust;
+  ProxyProtocolConfig proxy_protocol;
 };
 
 struct EndpointConfig {

@@ -320,6 +320,15 @@ void listener(Json& j, const ListenerConfig& l) {
       .kv("max_request_line", l.max_request_line)
       .kv("max_headers", l.max_headers)
       .kv("criticality", core::to_string(l.default_criticality));
+  if (l.proxy_protocol.enabled) {
+    j.key("proxy_protocol").open().key("from").open_list();
+    if (l.proxy_protocol.from.any) j.v("any");
+    for (const auto& n : l.proxy_protocol.from.networks) j.v(network_text(n));
+    j.close_list()
+        .kv("timeout", l.proxy_protocol.timeout)
+        .kv("max_v2_bytes", l.proxy_protocol.max_v2_bytes)
+        .close();
+  }
   if (l.tenant) {
     j.key("tenant");
     tenant_source(j, *l.tenant);

@@ -175,6 +175,23 @@ void read_server_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, Ser
 
 }  // namespace
 
+void read_proxy_protocol(Ctx& ctx, const YAML::Node& n, const std::string& path, ProxyProtocolConfig& p) {
+  // `proxy_protocol: true` (from anyone), or a map.
+  if (n.IsScalar()) {
+    read_bool(ctx, n, path, p.enabled);
+    p.from.any = p.enabled;
+    return;
+  }
+  Map m(ctx, n, path);
+  p.enabled = true;
+  read_bool(ctx, m.take("enabled"), m.sub("enabled"), p.enabled);
+  if (auto f = m.take("from"); f.IsDefined()) read_networks(ctx, f, m.sub("from"), p.from);
+  else p.from.any = true;
+  read_duration(ctx, m.take("timeout"), m.sub("timeout"), p.timeout, std::chrono::milliseconds(1),
+                std::chrono::minutes(1));
+  read_uint(ctx, m.take("max_v2_bytes"), m.sub("max_v2_bytes"), p.max_v2_bytes, 16, 2048);
+}
+
 void read_listener_edge(Ctx& ctx, Map& m, ListenerConfig& l) {
   if (auto t = m.take("tls"); t.IsDefined()) read_server_tls(ctx, t, m.sub("tls"), l.tls);
   if (auto tr = m.take("trust"); tr.IsDefined()) {
@@ -184,6 +201,7 @@ void read_listener_edge(Ctx& ctx, Map& m, ListenerConfig& l) {
     read_networks(ctx, tm.take("networks"), tm.sub("networks"), t.sources);
     read_strings(ctx, tm.take("identities"), tm.sub("identities"), t.sources.identities, "certificate identities");
   }
+  if (auto pp = m.take("proxy_protocol"); pp.IsDefined()) read_proxy_protocol(ctx, pp, m.sub("proxy_protocol"), l.proxy_protocol);
 }
 
 void read_route_edge(Ctx& ctx, Map& m, RouteConfig& r) {

@@ -87,6 +87,18 @@ struct TrustConfig {
   core::TrustedSources sources;  ///< networks (or any) and certificate identities
 };
 
+/// The PROXY protocol (v1 and v2) on a listener behind an L4 load balancer:
+/// connections from `from` must start with a header, whose client address
+/// then counts as the peer for trust, per-source caps, X-Forwarded-For and
+/// logs. Connections from elsewhere are served as direct clients (a header
+/// from them is just bad HTTP).
+struct ProxyProtocolConfig {
+  bool enabled = false;
+  core::TrustedSources from;  ///< default (when enabled): any source
+  Duration timeout = 3s;      ///< for the whole header
+  std::uint32_t max_v2_bytes = 536;  ///< the v2 header with its TLVs
+};
+
 /// Whether an address string (as written in a listener) is loopback.
 bool loopback_address(const std::string& address);
 

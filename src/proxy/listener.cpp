@@ -77,12 +77,10 @@ void ListenerSlot::source_leave(const core::Address& addr) {
   if (--it->second == 0) per_source_.erase(it);
 }
 
-namespace {
-
 /// Refuses a connection politely: reads what the client sends first, briefly
 /// (closing at once would reset the connection before it reads the answer),
 /// answers 503 with Retry-After and the reason, closes.
-awaitable<void> refuse(Worker& w, Socket s, std::shared_ptr<ListenerSlot> l, core::Reason reason) {
+awaitable<void> refuse_connection(Worker& w, Socket s, std::shared_ptr<ListenerSlot> l, core::Reason reason) {
   l->refusing.fetch_add(1, std::memory_order_relaxed);
   Timer t(w.ctx.get_executor(), std::chrono::milliseconds(200));
   t.async_wait([&s](error_code ec) {
@@ -105,8 +103,6 @@ awaitable<void> refuse(Worker& w, Socket s, std::shared_ptr<ListenerSlot> l, cor
   s.close(ec);
   l->refusing.fetch_sub(1, std::memory_order_relaxed);
 }
-
-}  // namespace
 
 awaitable<void> accept_loop(Worker& w, std::shared_ptr<Acceptor> a, std::size_t slot) {
   for (;;) {
@@ -142,17 +138,20 @@ awaitable<void> accept_loop(Worker& w, std::shared_ptr<Acceptor> a, std::size_t 
       }
     }
     // Connection guards: the cap, the accept rate, the per-source cap.
+    // Behind a balancer that sends PROXY headers the source is known only
+    // once the header is read: its per-source cap is taken then.
+    const bool proxied = l.cfg.proxy_protocol.enabled && l.cfg.proxy_protocol.from.contains(addr);
     std::optional<RefuseCause> cause;
     if (conns >= cap) cause = RefuseCause::MaxConnections;
     else if (!l.take_accept_token(now())) cause = RefuseCause::AcceptRate;
-    else if (!l.source_enter(addr)) cause = RefuseCause::PerSource;
+    else if (!proxied && !l.source_enter(addr)) cause = RefuseCause::PerSource;
     if (cause) {
       m.refuse(w.index, l.index, *cause);
       // Refuse politely while that is cheap (a bounded number at a time,
       // not far beyond the cap); beyond that, close at once.
       const std::uint32_t margin = std::max<std::uint32_t>(16, cap / 10);
       if (l.refusing.load(std::memory_order_relaxed) < 1024 && conns < cap + margin) {
-        asio::co_spawn(w.ctx, refuse(w, std::move(sock), l.slot, core::Reason::ConnectionLimit), asio::detached);
+        asio::co_spawn(w.ctx, refuse_connection(w, std::move(sock), l.slot, core::Reason::ConnectionLimit), asio::detached);
       } else {
         error_code ig;
         sock.set_option(asio::socket_base::linger(true, 0), ig);
@@ -168,6 +167,10 @@ awaitable<void> accept_loop(Worker& w, std::shared_ptr<Acceptor> a, std::size_t 
     // The connection gives its place back when it is destroyed (to the
     // slot, not the listener: it may outlive this Runtime); it may rest
     // between requests with no coroutine running (Http1Connection::rest).
+    if (proxied) {
+      asio::co_spawn(w.ctx, read_proxy_header(w, slot, l.slot, std::move(sock), addr, port), asio::detached);
+      continue;
+    }
     Http1Connection::start(std::make_shared<Http1Connection>(w, l, std::move(sock), addr, port));
   }
 }

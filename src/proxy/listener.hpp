@@ -120,5 +120,11 @@ class Listener {
 /// the listener the slot has in the worker's current Runtime), then a
 /// connection of the listener's protocol. Ends when the acceptor closes.
 awaitable<void> accept_loop(Worker& w, std::shared_ptr<Acceptor> a, std::size_t slot);
+/// Refuses a connection politely: a 503 with Retry-After and the reason.
+awaitable<void> refuse_connection(Worker& w, Socket s, std::shared_ptr<ListenerSlot> l, core::Reason reason);
+/// Reads a connection's PROXY protocol header, then starts it as the client
+/// the header names (proxy/proxy_header.cpp). The accept loop has counted it.
+awaitable<void> read_proxy_header(Worker& w, std::size_t slot, std::shared_ptr<ListenerSlot> st, Socket s,
+                                  core::Address addr, std::uint16_t port);
 
 }  // namespace levee::proxy

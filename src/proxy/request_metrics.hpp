@@ -25,6 +25,8 @@ enum class RefuseCause : std::size_t { MaxConnections, PerSource, AcceptRate, Dr
 /// What went wrong with an upstream attempt (levee_upstream_errors_total{kind}).
 /// How a TLS handshake ended (levee_tls_handshakes_total{result}).
 enum class HandshakeResult : std::size_t { Full, Resumed, Failed, Timeout };
+/// How a PROXY protocol header ended (levee_proxy_protocol_headers_total{result}).
+enum class ProxyHeaderResult : std::size_t { V1, V2, Local, Invalid, Timeout, Closed };
 /// What a distrusted header was (levee_untrusted_headers_total{header}),
 /// in the order of core::Ignored's bits.
 inline constexpr std::size_t kUntrustedKinds = 4;
@@ -42,6 +44,7 @@ struct RequestMetrics {
   metrics::CounterTable refused;            // listener, cause
   metrics::CounterTable untrusted;          // listener, header (not believed from an untrusted client)
   metrics::CounterTable tls_handshakes;     // listener, result
+  metrics::CounterTable proxy_headers;      // listener, result
   metrics::CounterTable upstream_requests;  // (cluster, endpoint), code class
   metrics::CounterTable upstream_errors;    // (cluster, endpoint), kind
   metrics::CounterTable upstream_connects;  // cluster
