@@ -343,6 +343,8 @@ struct Config {
   /// On SIGTERM: /ready turns 503 at once, listeners keep accepting this
   /// long (load balancers take the instance out), then the drain proper.
   Duration drain_delay = 0s;
+  /// Reload certificates, keys and CA bundles when their files change (control/tls_watch.cpp).
+  bool tls_watch = true;
   ResolverConfig resolver;
   AccessLogConfig access_log;
   HeaderNames headers;

@@ -458,6 +458,7 @@ bool section(Json& j, const Config& c, std::string_view k) {
   else if (k == "workers") c.workers ? j.v(static_cast<std::uint64_t>(c.workers)) : j.v("auto");
   else if (k == "drain_timeout") j.v(c.drain_timeout);
   else if (k == "drain_delay") j.v(c.drain_delay);
+  else if (k == "tls_watch") j.v(c.tls_watch);
   else if (k == "access_log") access_log(j, c.access_log);
   else if (k == "headers") headers(j, c.headers);
   else if (k == "self_protection") self_protection(j, c.self_protection);
@@ -478,7 +479,7 @@ bool section(Json& j, const Config& c, std::string_view k) {
   return true;
 }
 
-constexpr std::string_view kSections[] = {"admin",           "workers", "drain_timeout", "drain_delay",
+constexpr std::string_view kSections[] = {"admin",           "workers", "drain_timeout", "drain_delay", "tls_watch",
                                           "access_log",      "headers", "self_protection", "tenants",
                                           "quota_sync",      "resolver", "listeners",       "clusters"};
 

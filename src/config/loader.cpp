@@ -793,6 +793,7 @@ LoadResult load_node(Ctx& ctx, const YAML::Node& root) {
   }
   read_duration(ctx, m.take("drain_timeout"), "drain_timeout", cfg.drain_timeout, Duration::zero(), std::chrono::hours(1));
   read_duration(ctx, m.take("drain_delay"), "drain_delay", cfg.drain_delay, Duration::zero(), std::chrono::hours(1));
+  read_bool(ctx, m.take("tls_watch"), "tls_watch", cfg.tls_watch);
   if (auto r = m.take("resolver"); r.IsDefined()) {
     Map rm(ctx, r, "resolver");
     if (auto sv = rm.take("servers"); sv.IsDefined()) read_addresses(ctx, sv, rm.sub("servers"), cfg.resolver.servers);

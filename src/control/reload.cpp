@@ -237,6 +237,8 @@ Server::ReloadResult Server::reload(std::string_view why) {
   const bool dropped_overrides = !overrides_.empty();
   overrides_ = {};
   cfg_ = next_cfg;
+  tls_stamp_ = tls_files_stamp(*cfg_);  // the files this build loaded
+  tls_pending_.clear();
   text_ = std::move(text);
   config_hash_ = sha256_hex(text_);
   install(next, std::move(bound));
@@ -268,15 +270,18 @@ void Server::rebuild() {
     next = build(cfg_, overrides_);
   } catch (const std::exception& e) {
     spdlog::error("rebuild ({}): {}", why, e.what());
+    rebuilds_.inc(0, rebuilds_.index({1}));
     return;
   }
   Bound bound;
   std::vector<std::string> errors;
   if (!bind_new(*next, bound, errors, text_)) {
     for (const auto& e : errors) spdlog::error("rebuild ({}): {}", why, e);
+    rebuilds_.inc(0, rebuilds_.index({1}));
     return;
   }
   install(next, std::move(bound));
+  rebuilds_.inc(0, rebuilds_.index({0}));
   spdlog::info("rebuilt ({}): generation {}", why, rt_->generation);
 }
 
@@ -302,6 +307,7 @@ void Server::build_registry() {
   register_metrics(*r, rt_, workers_, *log_);
   if (fleet_) fleet_->register_metrics(*r);
   r->add(&reloads_);
+  r->add(&rebuilds_);
   r->add(&actions_);
   r->add({"levee_config_generation", "The running configuration's generation (1 at start, +1 per reload or rebuild)",
           [this](auto& out) { out.push_back(metrics::sample({}, static_cast<double>(rt_->generation))); }});

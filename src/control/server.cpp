@@ -68,6 +68,7 @@ Server::Server(std::shared_ptr<const config::Config> cfg, std::string text, unsi
       delay_timer_(admin_ctx_),
       tick_timer_(admin_ctx_) {
   last_reload_ok_ = started_unix_;
+  tls_stamp_ = tls_files_stamp(*cfg_);  // as the Runtime below loads them
   const std::size_t n = cfg_->workers ? cfg_->workers : available_cpus();
   resolver_ = std::make_unique<Resolver>(admin_ctx_, [this] { schedule_rebuild("a hostname's addresses changed"); });
   resolver_->watch(*cfg_);
@@ -313,6 +314,7 @@ void Server::sample_history() {
   h.last_admitted = admitted;
   h.primed = true;
   retire_tick();
+  watch_tls_files();
   tick_timer_.expires_after(std::chrono::seconds(1));
   tick_timer_.async_wait([this](error_code ec) {
     if (!ec) sample_history();

@@ -41,6 +41,10 @@ class Worker;
 
 namespace levee::control {
 
+/// What the TLS files a config names (certificates, keys, CA bundles) look
+/// like on disk now: path, inode, size and mtime of each (tls_watch.cpp).
+std::string tls_files_stamp(const config::Config& c);
+
 /// The live admin page (admin_page.cpp).
 std::string_view admin_page_html() noexcept;
 
@@ -123,6 +127,9 @@ class Server {
   bool undrain();
   void check_drained();
   void sample_history();
+  // --- tls_watch.cpp
+  /// Once a second: rebuilds when the TLS files the config names changed.
+  void watch_tls_files();
 
   // --- admin_actions.cpp
   boost::asio::awaitable<AdminReply> admin_request(const AdminRequest& r);
@@ -181,6 +188,11 @@ class Server {
   bool exiting_ = false;
   bool rebuild_pending_ = false;
   std::string rebuild_why_;
+  std::string tls_stamp_;    ///< the TLS files as last loaded (tls_files_stamp)
+  std::string tls_pending_;  ///< a change seen, waiting a tick to settle
+  metrics::CounterTable rebuilds_{"levee_runtime_rebuilds_total",
+                                  "Runtimes rebuilt from the running config (DNS changes, TLS files changed), by result",
+                                  {{"result", {"ok", "error"}}}, 1};
   int exit_code_ = 0;
 };
 

@@ -102,6 +102,27 @@ class TlsTermination(unittest.TestCase):
         return run(["curl", "-sS", "--cacert", self.pki.ca, "--resolve", f"{name}:{lv.port}:127.0.0.1",
                     f"https://{name}:{lv.port}{path}", "-w", "\n%{http_code} %{http_version}"] + list(extra))
 
+    def test_certificate_files_are_loaded_again_when_they_change(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key})
+        self.assertIn("www.test", peer_subject(lv.port, "www.test"))
+        # A renewal replaces both files (as cert-manager or a secret volume
+        # does): new connections get the new certificate, with no reload.
+        renewed, renewed_key = self.pki.issue("renewed", "renewed.test", dns=["www.test"])
+        os.replace(renewed_key, self.key)
+        os.replace(renewed, self.cert)
+        wait_until(lambda: "renewed.test" in peer_subject(lv.port, "www.test"), what="the renewed certificate served")
+        self.assertEqual(lv.metric("levee_runtime_rebuilds_total", result="ok"), 1)
+        self.assertEqual(lv.metric("levee_config_reloads_total"), 0)
+        # A broken file: the rebuild fails, is counted, and the certificate
+        # in use stays.
+        with open(self.cert + ".tmp", "w") as f:
+            f.write("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+        os.replace(self.cert + ".tmp", self.cert)
+        wait_until(lambda: lv.metric("levee_runtime_rebuilds_total", result="error") == 1, what="the failed rebuild")
+        self.assertIn("renewed.test", peer_subject(lv.port, "www.test"))
+        rc, out = s_client(lv.port, servername="www.test")
+        self.assertIn("HTTP/1.1 200", out)
+
     def test_curl_over_https_is_proxied(self):
         lv = self.levee({"certificate": self.cert, "key": self.key})
         r = self.curl(lv)
