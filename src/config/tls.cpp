@@ -100,6 +100,7 @@ void read_certificate(Ctx& ctx, const YAML::Node& n, const std::string& path, Ce
   Map m(ctx, n, path);
   read_file(ctx, m, "certificate", c.cert_file, c.cert_place);
   read_file(ctx, m, "key", c.key_file, c.key_place);
+  read_file(ctx, m, "ocsp_response", c.ocsp_file, c.ocsp_place);
   read_strings(ctx, m.take("names"), m.sub("names"), c.names, "server names");
   for (auto& name : c.names)
     for (auto& ch : name) ch = core::ascii_lower(ch);
@@ -120,12 +121,15 @@ void read_server_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, Ser
     CertificateConfig c;
     read_file(ctx, m, "certificate", c.cert_file, c.cert_place);
     read_file(ctx, m, "key", c.key_file, c.key_place);
+    read_file(ctx, m, "ocsp_response", c.ocsp_file, c.ocsp_place);
     if (c.cert_file.empty()) ctx.error(n, m.sub("certificate"), "is required with key");
     if (c.key_file.empty()) ctx.error(n, m.sub("key"), "is required with certificate");
     t.certificates.push_back(std::move(c));
   } else {
     m.take("certificate");
     m.take("key");
+    if (auto o = m.take("ocsp_response"); o.IsDefined())
+      ctx.error(o, m.sub("ocsp_response"), "goes with an inline certificate; in certificates[], give it per entry");
   }
   if (auto cn = m.take("certificates"); cn.IsDefined()) {
     if (inline_cert) {
@@ -167,6 +171,7 @@ void read_server_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, Ser
       else ctx.error(mode, cm.sub("mode"), "must be required, optional or none, not '" + s + "'");
     }
     read_file(ctx, cm, "ca", c.ca_file, c.ca_place);
+    read_file(ctx, cm, "crl", c.crl_file, c.crl_place);
     read_uint(ctx, cm.take("verify_depth"), cm.sub("verify_depth"), c.verify_depth, 1, 100);
     if (c.mode != ClientAuth::None && c.ca_file.empty())
       ctx.error(ca, cm.sub("ca"), "is required to verify client certificates");

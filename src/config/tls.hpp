@@ -36,7 +36,10 @@ struct CertificateConfig {
   /// SNI names it answers (exact or "*.example.com"); empty: the names in
   /// the certificate (SAN DNS entries, else the CN).
   std::vector<std::string> names;
-  Place cert_place, key_place;
+  /// `ocsp_response`: a DER OCSP response to staple (refreshed by whoever
+  /// fetches it; reloaded when the file changes); empty: none.
+  std::string ocsp_file;
+  Place cert_place, key_place, ocsp_place;
 };
 
 enum class ClientAuth : std::uint8_t { None, Optional, Required };
@@ -45,7 +48,10 @@ struct ClientAuthConfig {
   ClientAuth mode = ClientAuth::None;
   std::string ca_file;  ///< PEM bundle client certificates are verified against
   std::uint32_t verify_depth = 4;
-  Place ca_place;
+  /// `crl`: PEM revocation lists of the CAs in `ca`; a client certificate
+  /// they list is refused. Empty: no revocation check.
+  std::string crl_file;
+  Place ca_place, crl_place;
 };
 
 /// TLS termination on a listener.

@@ -37,8 +37,10 @@ std::string tls_files_stamp(const config::Config& c) {
     for (const auto& cert : l.tls.certificates) {
       add_stamp(s, cert.cert_file);
       add_stamp(s, cert.key_file);
+      add_stamp(s, cert.ocsp_file);
     }
     add_stamp(s, l.tls.client_auth.ca_file);
+    add_stamp(s, l.tls.client_auth.crl_file);
   }
   for (const auto& cl : c.clusters)
     if (cl.tls.enabled) add_stamp(s, cl.tls.ca_file);

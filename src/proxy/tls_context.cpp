@@ -1,6 +1,7 @@
 #include "proxy/tls_context.hpp"
 
 #include <openssl/err.h>
+#include <openssl/ocsp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -64,6 +65,39 @@ int on_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsign
   return SSL_TLSEXT_ERR_OK;
 }
 
+/// OCSP stapling: a client that asked for the certificate's status gets
+/// the response loaded from the certificate's ocsp_response file.
+int on_status_request(SSL* ssl, void* arg) {
+  const auto* der = static_cast<const std::string*>(arg);
+  if (der == nullptr || der->empty()) return SSL_TLSEXT_ERR_NOACK;
+  auto* copy = static_cast<unsigned char*>(OPENSSL_malloc(der->size()));  // OpenSSL frees it with the SSL
+  if (copy == nullptr) return SSL_TLSEXT_ERR_NOACK;
+  std::memcpy(copy, der->data(), der->size());
+  // SSL_set_tlsext_status_ocsp_resp, without its C cast.
+  SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_STATUS_REQ_OCSP_RESP, static_cast<long>(der->size()), copy);
+  return SSL_TLSEXT_ERR_OK;
+}
+
+/// The bytes of a DER OCSP response file, checked to be one that says
+/// "successful"; empty with `why` set otherwise.
+std::string read_ocsp(const std::string& file, std::string& why) {
+  std::ifstream f(file, std::ios::binary);
+  std::string der((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
+  OCSP_RESPONSE* r = d2i_OCSP_RESPONSE(nullptr, &p, static_cast<long>(der.size()));
+  if (r == nullptr) {
+    why = "'" + file + "' is not a DER OCSP response (" + openssl_reason() + ")";
+    return {};
+  }
+  const int status = OCSP_response_status(r);
+  OCSP_RESPONSE_free(r);
+  if (status != OCSP_RESPONSE_STATUS_SUCCESSFUL) {
+    why = "'" + file + "' is an OCSP response with status " + std::to_string(status) + ", not successful";
+    return {};
+  }
+  return der;
+}
+
 int on_server_name(SSL* ssl, int*, void* arg) {
   const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
   if (name == nullptr) return SSL_TLSEXT_ERR_OK;  // the default certificate
@@ -112,7 +146,7 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
       err.add(c.place, "cannot create a TLS context: " + openssl_reason());
       break;
     }
-    t->certs_.push_back(Cert{ctx, {}});
+    t->certs_.push_back(Cert{ctx, {}, {}});
     SSL_CTX_set_min_proto_version(ctx, version(c.min_version));
     SSL_CTX_set_max_proto_version(ctx, version(c.max_version));
     // No renegotiation (a client-driven CPU cost); the server's cipher
@@ -160,6 +194,11 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
       continue;
     }
     t->certs_.back().names = cc.names.empty() ? certificate_names(SSL_CTX_get0_certificate(ctx)) : cc.names;
+    if (!cc.ocsp_file.empty() && err.readable(cc.ocsp_place, cc.ocsp_file, "OCSP response")) {
+      std::string why;
+      t->certs_.back().ocsp = read_ocsp(cc.ocsp_file, why);
+      if (!why.empty()) err.add(cc.ocsp_place, why);
+    }
 
     const auto& ca = c.client_auth;
     if (ca.mode != config::ClientAuth::None) {
@@ -170,6 +209,17 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
       }
       if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(ca.ca_file.c_str())) SSL_CTX_set_client_CA_list(ctx, names);
       ERR_clear_error();
+      if (!ca.crl_file.empty()) {
+        if (!err.readable(ca.crl_place, ca.crl_file, "CRL")) continue;
+        X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+        X509_LOOKUP* lookup = X509_STORE_add_lookup(store, X509_LOOKUP_file());
+        if (lookup == nullptr || X509_load_crl_file(lookup, ca.crl_file.c_str(), X509_FILETYPE_PEM) <= 0) {
+          err.add(ca.crl_place, "'" + ca.crl_file + "' holds no PEM CRL (" + openssl_reason() + ")");
+          continue;
+        }
+        // The leaf's issuer must have a CRL here: a certificate it lists is refused.
+        X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
+      }
       int mode = SSL_VERIFY_PEER;
       if (ca.mode == config::ClientAuth::Required) mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
       SSL_CTX_set_verify(ctx, mode, nullptr);
@@ -177,6 +227,12 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
     }
   }
   if (errors.size() > before || t->certs_.empty()) return nullptr;
+  // Stapling, once certs_ no longer moves (the callback keeps a pointer).
+  for (auto& cert : t->certs_) {
+    if (cert.ocsp.empty()) continue;
+    SSL_CTX_callback_ctrl(cert.ctx, SSL_CTRL_SET_TLSEXT_STATUS_REQ_CB, reinterpret_cast<void (*)()>(&on_status_request));
+    SSL_CTX_ctrl(cert.ctx, SSL_CTRL_SET_TLSEXT_STATUS_REQ_CB_ARG, 0, &cert.ocsp);
+  }
   // SSL_CTX_set_tlsext_servername_callback, without its C cast.
   SSL_CTX_callback_ctrl(t->certs_[0].ctx, SSL_CTRL_SET_TLSEXT_SERVERNAME_CB,
                         reinterpret_cast<void (*)()>(&on_server_name));

@@ -46,6 +46,7 @@ class ServerTls {
   struct Cert {
     ssl_ctx_st* ctx = nullptr;
     std::vector<std::string> names;  ///< lower case; "*.example.com" for a wildcard
+    std::string ocsp;                ///< a DER OCSP response to staple, or empty
   };
   config::ServerTlsConfig cfg_;
   std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys

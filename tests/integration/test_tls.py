@@ -56,6 +56,37 @@ class Pki:
                     out.write(f.read())
         return chain, key
 
+    def _index(self, entries):
+        """An `openssl ca` database: (leaf, revoked) pairs."""
+        index = self.path("index.txt")
+        with open(index, "w") as f:
+            for leaf, revoked in entries:
+                serial = run(["openssl", "x509", "-in", leaf, "-noout", "-serial"]).stdout.strip().split("=")[1]
+                f.write(f"{'R' if revoked else 'V'}\t301231235959Z\t{'241201000000Z' if revoked else ''}\t"
+                        f"{serial}\tunknown\t/CN=x\n")
+        return index
+
+    def ocsp_response(self, name, status_good=True):
+        """A DER OCSP response for the leaf issued as `name`, signed by the CA."""
+        leaf, out = self.path(name + ".leaf.pem"), self.path(name + ".ocsp.der")
+        self._ok(["openssl", "ocsp", "-index", self._index([(leaf, not status_good)]), "-rsigner", self.ca,
+                  "-rkey", self.ca_key, "-CA", self.ca, "-issuer", self.ca, "-cert", leaf, "-respout", out,
+                  "-ndays", "1"])
+        return out
+
+    def crl(self, revoked_names):
+        """A PEM CRL of the CA listing the leaves issued as `revoked_names`."""
+        self._index([(self.path(n + ".leaf.pem"), True) for n in revoked_names])
+        cnf, out = self.path("ca.cnf"), self.path("crl.pem")
+        with open(self.path("crlnumber"), "w") as f:
+            f.write("01\n")
+        with open(cnf, "w") as f:
+            f.write(f"[ca]\ndefault_ca=d\n[d]\ndatabase={self.path('index.txt')}\n"
+                    f"crlnumber={self.path('crlnumber')}\ndefault_md=sha256\ndefault_crl_days=2\n")
+        self._ok(["openssl", "ca", "-config", cnf, "-gencrl", "-keyfile", self.ca_key, "-cert", self.ca,
+                  "-out", out])
+        return out
+
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: www.test\r\nConnection: close\r\n\r\n"
 
@@ -101,6 +132,32 @@ class TlsTermination(unittest.TestCase):
     def curl(self, lv, path="/headers", name="www.test", *extra):
         return run(["curl", "-sS", "--cacert", self.pki.ca, "--resolve", f"{name}:{lv.port}:127.0.0.1",
                     f"https://{name}:{lv.port}{path}", "-w", "\n%{http_code} %{http_version}"] + list(extra))
+
+    def test_ocsp_response_is_stapled_for_clients_that_ask(self):
+        ocsp = self.pki.ocsp_response("www")
+        lv = self.levee({"certificate": self.cert, "key": self.key, "ocsp_response": ocsp})
+        rc, out = s_client(lv.port, "-status", servername="www.test")
+        self.assertIn("OCSP Response Status: successful", out)
+        self.assertIn("Cert Status: good", out)
+        self.assertIn("HTTP/1.1 200", out)
+        # A client that does not ask gets none.
+        rc, out = s_client(lv.port, servername="www.test")
+        self.assertNotIn("OCSP Response Status", out)
+        # A file that is not an OCSP response is a config error naming it.
+        with open(self.pki.path("bad.der"), "wb") as f:
+            f.write(b"not der")
+        r = run([LEVEE, "--validate", self.write_config(self.pki.path("bad.der"))])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("ocsp_response", r.stderr)
+        self.assertIn("is not a DER OCSP response", r.stderr)
+
+    def write_config(self, ocsp):
+        path = self.pki.path("levee.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "address": "127.0.0.1", "routes": [{"cluster": "app"}],
+                                      "tls": {"certificate": self.cert, "key": self.key, "ocsp_response": ocsp}}],
+                       "clusters": [{"name": "app", "endpoints": [self.be.address]}]}, f)
+        return path
 
     def test_certificate_files_are_loaded_again_when_they_change(self):
         lv = self.levee({"certificate": self.cert, "key": self.key})
@@ -304,6 +361,20 @@ class MutualTls(unittest.TestCase):
         self.assertNotIn("silver", body)
         self.assertEqual(lv.metric("levee_admitted_total", tenant="gold"), 1)
         self.assertEqual(lv.metric("levee_tls_handshakes_total", result="full"), 1)
+
+    def test_a_revoked_client_certificate_is_refused_with_a_crl(self):
+        crl = self.pki.crl(["edge"])
+        listener = {"tls": {"certificate": self.cert, "key": self.key,
+                            "client_auth": {"mode": "required", "ca": self.pki.ca, "crl": crl}},
+                    "tenant": {"certificate_tenants": {"spiffe://corp/ns/prod/sa/billing": "gold"}}}
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=listener,
+                   extra={"tenants": {"quotas": {"default": 1.0, "gold": 1.0, "silver": 1.0}}})
+        rc, status, body, err = self.curl(lv, self.billing)
+        self.assertEqual((rc, status), (0, "200"), err)
+        rc, status, body, err = self.curl(lv, self.edge)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("revoked", err)
+        self.assertEqual(lv.metric("levee_admitted_total"), 1)
 
     def test_required_refuses_a_client_without_a_certificate(self):
         lv = self.levee()
