@@ -267,6 +267,12 @@ int drive(const std::uint8_t* data, std::size_t size) {
     // one-piece parse rejects may, in pieces, still be waiting for its end
     // when the input ends. Nothing is accepted either way.
     if (b.error && !a.error && !a.done && !a.header_done && i + 1 == got.size()) continue;
+    // And its mirror: a head that has used its whole byte budget without
+    // ending can only be too long. In pieces the parser may say so at once;
+    // in one piece it may still be waiting, when the input ends, for the
+    // byte that proves it (found by a CPU-hour run). Nothing is accepted
+    // either way.
+    if (a.error && !b.error && !b.done && !b.header_done && i + 1 == want.size()) continue;
     FUZZ_CHECK(a.header_done == b.header_done && a.done == b.done && a.error == b.error,
                "message %zu: header_done/done/error %d%d%d in pieces, %d%d%d in one piece", i, a.header_done, a.done,
                a.error, b.header_done, b.done, b.error);
