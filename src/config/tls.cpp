@@ -159,6 +159,10 @@ void read_server_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, Ser
                 std::chrono::seconds(1), hours(24 * 7));
   read_duration(ctx, m.take("handshake_timeout"), m.sub("handshake_timeout"), t.handshake_timeout,
                 milliseconds(1), hours(1));
+  read_uint(ctx, m.take("max_handshakes"), m.sub("max_handshakes"), t.max_handshakes, 0, 10000000);
+  read_double(ctx, m.take("handshake_rate"), m.sub("handshake_rate"), t.handshake_rate, 0.0, 1e7);
+  read_double(ctx, m.take("shed_handshakes_above"), m.sub("shed_handshakes_above"), t.shed_handshakes_above, 0.0,
+              100.0);
   if (auto ca = m.take("client_auth"); ca.IsDefined()) {
     auto& c = t.client_auth;
     Map cm(ctx, ca, m.sub("client_auth"));

@@ -73,6 +73,17 @@ struct ServerTlsConfig {
   Duration session_timeout = 300s;      ///< how long a session may be resumed
   /// The handshake must be done within this, or the connection is closed.
   Duration handshake_timeout = 10s;
+  // Handshakes are load (a full one costs some 40 proxied requests of CPU):
+  // full handshakes are admitted before requests are refused. A client
+  // hello that offers to resume (a ticket, a PSK, a TLS 1.2 session id) is
+  // spared the rate and the load rule, but not the cap on handshakes in
+  // progress; one that claimed to resume and did not is charged afterwards.
+  std::uint32_t max_handshakes = 1024;  ///< in progress on this listener (all workers); 0: no cap
+  double handshake_rate = 0;            ///< full handshakes per second on this listener; 0: unlimited
+  /// Above this executor load, full handshakes are refused (below the
+  /// lowest request threshold of self_protection, 0.8, so handshakes go
+  /// first); 0: never.
+  double shed_handshakes_above = 0.7;
   ClientAuthConfig client_auth;
   Place place;  ///< the `tls` key
 };

@@ -43,7 +43,7 @@ RequestMetrics::RequestMetrics(const MetricLabels& l, std::size_t shards)
                 "Requests carrying a header levee did not believe (an untrusted source): the route's default was used",
                 {{"listener", l.listeners}, {"header", {"criticality", "tenant", "timeout", "attempt"}}}, shards),
       tls_handshakes("levee_tls_handshakes_total", "TLS handshakes on listeners, by how they ended",
-                     {{"listener", l.listeners}, {"result", {"full", "resumed", "failed", "timeout"}}}, shards),
+                     {{"listener", l.listeners}, {"result", {"full", "resumed", "failed", "timeout", "refused"}}}, shards),
       proxy_headers("levee_proxy_protocol_headers_total",
                     "PROXY protocol headers read on listeners, by version or how they failed",
                     {{"listener", l.listeners}, {"result", {"v1", "v2", "local", "invalid", "timeout", "closed"}}}, shards),

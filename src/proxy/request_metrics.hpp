@@ -24,7 +24,7 @@ struct MetricLabels {
 enum class RefuseCause : std::size_t { MaxConnections, PerSource, AcceptRate, Draining };
 /// What went wrong with an upstream attempt (levee_upstream_errors_total{kind}).
 /// How a TLS handshake ended (levee_tls_handshakes_total{result}).
-enum class HandshakeResult : std::size_t { Full, Resumed, Failed, Timeout };
+enum class HandshakeResult : std::size_t { Full, Resumed, Failed, Timeout, Refused };
 /// How a PROXY protocol header ended (levee_proxy_protocol_headers_total{result}).
 enum class ProxyHeaderResult : std::size_t { V1, V2, Local, Invalid, Timeout, Closed };
 /// What a distrusted header was (levee_untrusted_headers_total{header}),

@@ -5,12 +5,14 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
 
 #include "core/text.hpp"
+#include "proxy/clock.hpp"
 #include "proxy/request_metrics.hpp"
 #include "proxy/stream.hpp"
 
@@ -96,6 +98,43 @@ std::string read_ocsp(const std::string& file, std::string& why) {
     return {};
   }
   return der;
+}
+
+// Handshake admission: what the client hello callback decided, kept on
+// the SSL for accept_tls (a hello after a HelloRetryRequest is not judged
+// twice).
+constexpr std::uintptr_t kJudged = 1, kRefused = 2, kResuming = 4;
+
+int verdict_index() {
+  static const int i = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return i;
+}
+
+std::uintptr_t verdict(SSL* ssl) {
+  return reinterpret_cast<std::uintptr_t>(SSL_get_ex_data(ssl, verdict_index()));
+}
+
+int on_client_hello(SSL* ssl, int* alert, void* arg) {
+  if (verdict(ssl) & kJudged) return SSL_CLIENT_HELLO_SUCCESS;
+  const auto* t = static_cast<const ServerTls*>(arg);
+  const unsigned char* p = nullptr;
+  std::size_t len = 0;
+  // An offer to resume: a TLS 1.3 PSK, a TLS 1.2 ticket, or (a TLS 1.2-only
+  // hello) a session id. TLS 1.3 hellos carry a random legacy session id,
+  // which says nothing.
+  bool resuming = SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk, &p, &len) == 1;
+  if (!resuming && SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_session_ticket, &p, &len) == 1 && len > 0)
+    resuming = true;
+  if (!resuming && SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_supported_versions, &p, &len) != 1 &&
+      SSL_client_hello_get0_session_id(ssl, &p) > 0)
+    resuming = true;
+  if (!t->admit_handshake(resuming)) {
+    SSL_set_ex_data(ssl, verdict_index(), reinterpret_cast<void*>(kJudged | kRefused));
+    *alert = SSL_AD_HANDSHAKE_FAILURE;
+    return SSL_CLIENT_HELLO_ERROR;
+  }
+  SSL_set_ex_data(ssl, verdict_index(), reinterpret_cast<void*>(kJudged | (resuming ? kResuming : 0)));
+  return SSL_CLIENT_HELLO_SUCCESS;
 }
 
 int on_server_name(SSL* ssl, int*, void* arg) {
@@ -237,11 +276,44 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
   SSL_CTX_callback_ctrl(t->certs_[0].ctx, SSL_CTRL_SET_TLSEXT_SERVERNAME_CB,
                         reinterpret_cast<void (*)()>(&on_server_name));
   SSL_CTX_set_tlsext_servername_arg(t->certs_[0].ctx, t.get());
+  SSL_CTX_set_client_hello_cb(t->certs_[0].ctx, on_client_hello, t.get());
   return t;
 }
 
 ServerTls::~ServerTls() {
   for (auto& c : certs_) SSL_CTX_free(c.ctx);
+}
+
+bool ServerTls::admit_handshake(bool resuming) const noexcept {
+  // accept_tls counts every connection in its handshake, this one included.
+  if (cfg_.max_handshakes != 0 && in_progress.load(std::memory_order_relaxed) > cfg_.max_handshakes) return false;
+  if (resuming) return true;
+  if (load_ != nullptr && cfg_.shed_handshakes_above > 0 &&
+      load_->load(std::memory_order_relaxed) > cfg_.shed_handshakes_above)
+    return false;
+  if (cfg_.handshake_rate <= 0) return true;
+  const double burst = std::max(1.0, cfg_.handshake_rate);  // a second's worth
+  const auto t = now();
+  std::lock_guard lk(rate_mu_);
+  if (tokens_ < -burst) tokens_ = -burst;
+  if (refill_ == core::TimePoint{}) {
+    tokens_ = burst;
+  } else {
+    tokens_ = std::min(burst, tokens_ + core::to_seconds(t - refill_) * cfg_.handshake_rate);
+  }
+  refill_ = t;
+  if (tokens_ < 1.0) return false;
+  tokens_ -= 1.0;
+  return true;
+}
+
+void ServerTls::handshake_done(bool admitted_as_resuming, bool full) const noexcept {
+  // A hello that offered a ticket it could not use got a full handshake
+  // past the rate: charge it now (the bucket may go below zero), so fake
+  // tickets buy nothing.
+  if (!admitted_as_resuming || !full || cfg_.handshake_rate <= 0) return;
+  std::lock_guard lk(rate_mu_);
+  tokens_ -= 1.0;
 }
 
 SSL* ServerTls::session() const {
@@ -290,10 +362,15 @@ awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, s
     st->expired = true;
     s.cancel();
   });
+  tls.in_progress.fetch_add(1, std::memory_order_relaxed);
   const error_code ec = co_await s.handshake();
+  tls.in_progress.fetch_sub(1, std::memory_order_relaxed);
   st->done = true;
   t.cancel();
-  if (st->expired) count(HandshakeResult::Timeout);
+  const std::uintptr_t v = verdict(ssl);
+  if (v & kJudged && !(v & kRefused)) tls.handshake_done((v & kResuming) != 0, !ec && !s.resumed());
+  if (v & kRefused) count(HandshakeResult::Refused);
+  else if (st->expired) count(HandshakeResult::Timeout);
   else if (ec) count(HandshakeResult::Failed);
   else count(s.resumed() ? HandshakeResult::Resumed : HandshakeResult::Full);
   co_return !ec && !st->expired;
@@ -319,10 +396,14 @@ core::PeerIdentity peer_identity(SSL* ssl) {
   return id;
 }
 
-std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source) {
+std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
+                                            const std::atomic<double>* executor_load) {
   std::vector<config::Error> errors;
   auto t = ServerTls::make(c, source, errors);
-  if (t) return t;
+  if (t) {
+    t->watch_load(executor_load);
+    return t;
+  }
   std::string msg;
   for (const auto& e : errors) msg += (msg.empty() ? "" : "; ") + e.format();
   throw std::runtime_error(msg.empty() ? "TLS: cannot set up the listener" : msg);

@@ -8,7 +8,9 @@
 // file:line:column form as the loader, and main exits 2.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,17 @@ class ServerTls {
   /// deep), or null: the default stays.
   ssl_ctx_st* select(std::string_view server_name) const noexcept;
 
+  /// Handshake admission (the client hello callback): whether a handshake
+  /// may go on, given whether its hello offers to resume. Counted in
+  /// levee_tls_handshakes_total{result="refused"} when not.
+  bool admit_handshake(bool resuming) const noexcept;
+  /// A handshake that took its place in `in_progress` ended; `full`: it
+  /// was a full one (charged to the rate if it had claimed to resume).
+  void handshake_done(bool admitted_as_resuming, bool full) const noexcept;
+  /// Where the executor load is published (the process's), for the load rule.
+  void watch_load(const std::atomic<double>* load) noexcept { load_ = load; }
+  mutable std::atomic<std::uint32_t> in_progress{0};
+
  private:
   explicit ServerTls(const config::ServerTlsConfig& c) : cfg_(c) {}
   struct Cert {
@@ -50,6 +63,11 @@ class ServerTls {
   };
   config::ServerTlsConfig cfg_;
   std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys
+  const std::atomic<double>* load_ = nullptr;
+  // The full-handshake token bucket (a handshake costs far more than the lock).
+  mutable std::mutex rate_mu_;
+  mutable double tokens_ = -1;  ///< < 0: not started (full)
+  mutable core::TimePoint refill_{};
 };
 
 class Stream;
@@ -93,7 +111,8 @@ core::PeerIdentity peer_identity(ssl_st* ssl);
 
 /// ServerTls::make for a listener at start-up; throws (with the errors,
 /// formatted) when a file is bad.
-std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source);
+std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
+                                            const std::atomic<double>* executor_load = nullptr);
 
 /// Every listener's TLS files loaded once, for start-up and --validate.
 std::vector<config::Error> check_tls(const config::Config& cfg);

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -283,6 +284,61 @@ class TlsTermination(unittest.TestCase):
             rc, out = s_client(lv.port, version, "-sess_in", sess, servername="www.test")
             self.assertIn("Reused, " + {"-tls1_3": "TLSv1.3", "-tls1_2": "TLSv1.2"}[version], out)
             self.assertIn("HTTP/1.1 200", out)
+
+    def tls_connect(self, lv, session=None):
+        """A TLS 1.2 handshake from Python's ssl (sessions resume at once in
+        1.2); the socket, or None when levee refused the handshake."""
+        if not hasattr(self, "_client_ctx"):  # one context: a session resumes only under the one it came from
+            self._client_ctx = ssl.create_default_context(cafile=self.pki.ca)
+            self._client_ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        ctx = self._client_ctx
+        raw = socket.create_connection(("127.0.0.1", lv.port), timeout=10)
+        try:
+            return ctx.wrap_socket(raw, server_hostname="www.test", session=session)
+        except (ssl.SSLError, ConnectionResetError):
+            raw.close()
+            return None
+
+    def test_full_handshakes_are_rate_limited_and_resumptions_preferred(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key, "handshake_rate": 2})
+        first = self.tls_connect(lv)
+        self.assertIsNotNone(first)
+        session = first.session
+        first.close()
+        # A burst of new full handshakes: the bucket holds 2 (a second's
+        # worth) and refills at 2/s, so at most 1 + 2/s x elapsed more pass.
+        t0 = time.monotonic()
+        results = [self.tls_connect(lv) for _ in range(10)]
+        elapsed = time.monotonic() - t0
+        admitted = sum(1 for r in results if r is not None)
+        for r in results:
+            if r is not None:
+                r.close()
+        self.assertLessEqual(admitted, 1 + int(2 * elapsed) + 1, elapsed)
+        self.assertEqual(lv.metric("levee_tls_handshakes_total", result="refused"), 10 - admitted)
+        # With the bucket empty, a client resuming its session still gets in.
+        again = self.tls_connect(lv, session=session)
+        self.assertIsNotNone(again)
+        self.assertTrue(again.session_reused)
+        again.sendall(REQUEST)
+        self.assertIn(b"HTTP/1.1 200", again.recv(4096))
+        again.close()
+        self.assertGreaterEqual(lv.metric("levee_tls_handshakes_total", result="resumed"), 1)
+
+    def test_handshakes_in_progress_are_capped(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key, "max_handshakes": 2})
+        # Two connections that never finish their handshake hold both places.
+        silent = [socket.create_connection(("127.0.0.1", lv.port), timeout=10) for _ in range(2)]
+        wait_until(lambda: self.tls_connect(lv) is None, what="a handshake refused at the cap")
+        self.assertGreaterEqual(lv.metric("levee_tls_handshakes_total", result="refused"), 1)
+        for s in silent:
+            s.close()
+        def admitted():
+            c = self.tls_connect(lv)
+            if c is not None:
+                c.close()
+            return c is not None
+        wait_until(admitted, what="a handshake admitted once the places are free")
 
     def test_tickets_off_still_resumes_from_the_cache(self):
         lv = self.levee({"certificate": self.cert, "key": self.key, "session_tickets": False})
