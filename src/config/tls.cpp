@@ -155,6 +155,9 @@ void read_server_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, Ser
   read(ctx, m.take("groups"), m.sub("groups"), t.groups);
   read_bool(ctx, m.take("session_tickets"), m.sub("session_tickets"), t.session_tickets);
   read_uint(ctx, m.take("session_cache"), m.sub("session_cache"), t.session_cache, 0, 10000000);
+  read_duration(ctx, m.take("session_ticket_rotation"), m.sub("session_ticket_rotation"), t.session_ticket_rotation,
+                std::chrono::seconds(1), hours(24 * 7));
+  read_file(ctx, m, "session_ticket_keys", t.session_ticket_keys_file, t.session_ticket_keys_place);
   read_duration(ctx, m.take("session_timeout"), m.sub("session_timeout"), t.session_timeout,
                 std::chrono::seconds(1), hours(24 * 7));
   read_duration(ctx, m.take("handshake_timeout"), m.sub("handshake_timeout"), t.handshake_timeout,

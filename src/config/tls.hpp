@@ -71,6 +71,14 @@ struct ServerTlsConfig {
   bool session_tickets = true;
   std::uint32_t session_cache = 20480;  ///< server-side sessions (TLS 1.2 IDs), 0: none
   Duration session_timeout = 300s;      ///< how long a session may be resumed
+  /// A new ticket key this often; older keys still decrypt (as many as
+  /// session_timeout needs, at most 4). Keys live with the listener's
+  /// slot: reloads keep them.
+  Duration session_ticket_rotation = 1h;
+  /// `session_ticket_keys`: keys shared by a fleet (80 bytes each, the
+  /// first encrypts); then levee does not rotate, the file's owner does.
+  std::string session_ticket_keys_file;
+  Place session_ticket_keys_place;
   /// The handshake must be done within this, or the connection is closed.
   Duration handshake_timeout = 10s;
   // Handshakes are load (a full one costs some 40 proxied requests of CPU):

@@ -308,6 +308,7 @@ void Server::build_registry() {
   if (fleet_) fleet_->register_metrics(*r);
   r->add(&reloads_);
   r->add(&rebuilds_);
+  r->add(&ticket_rotations_);
   r->add(&actions_);
   r->add({"levee_config_generation", "The running configuration's generation (1 at start, +1 per reload or rebuild)",
           [this](auto& out) { out.push_back(metrics::sample({}, static_cast<double>(rt_->generation))); }});

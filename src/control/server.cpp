@@ -315,6 +315,7 @@ void Server::sample_history() {
   h.primed = true;
   retire_tick();
   watch_tls_files();
+  rotate_ticket_keys();
   tick_timer_.expires_after(std::chrono::seconds(1));
   tick_timer_.async_wait([this](error_code ec) {
     if (!ec) sample_history();

@@ -130,6 +130,8 @@ class Server {
   // --- tls_watch.cpp
   /// Once a second: rebuilds when the TLS files the config names changed.
   void watch_tls_files();
+  /// Once a second: new session-ticket keys where a listener's rotation is due.
+  void rotate_ticket_keys();
 
   // --- admin_actions.cpp
   boost::asio::awaitable<AdminReply> admin_request(const AdminRequest& r);
@@ -190,6 +192,8 @@ class Server {
   std::string rebuild_why_;
   std::string tls_stamp_;    ///< the TLS files as last loaded (tls_files_stamp)
   std::string tls_pending_;  ///< a change seen, waiting a tick to settle
+  metrics::CounterTable ticket_rotations_{"levee_tls_ticket_key_rotations_total",
+                                          "New session-ticket keys drawn (listeners' session_ticket_rotation)", {}, 1};
   metrics::CounterTable rebuilds_{"levee_runtime_rebuilds_total",
                                   "Runtimes rebuilt from the running config (DNS changes, TLS files changed), by result",
                                   {{"result", {"ok", "error"}}}, 1};

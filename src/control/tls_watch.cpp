@@ -10,6 +10,10 @@
 #include <spdlog/spdlog.h>
 
 #include "control/server.hpp"
+#include "proxy/clock.hpp"
+#include "proxy/listener.hpp"
+#include "proxy/runtime.hpp"
+#include "proxy/tls_context.hpp"
 
 namespace levee::control {
 
@@ -41,10 +45,17 @@ std::string tls_files_stamp(const config::Config& c) {
     }
     add_stamp(s, l.tls.client_auth.ca_file);
     add_stamp(s, l.tls.client_auth.crl_file);
+    add_stamp(s, l.tls.session_ticket_keys_file);
   }
   for (const auto& cl : c.clusters)
     if (cl.tls.enabled) add_stamp(s, cl.tls.ca_file);
   return s;
+}
+
+void Server::rotate_ticket_keys() {
+  const auto t = proxy::now();
+  for (const auto& l : rt_->listeners)
+    if (l->tls && l->tls->rotate_ticket_keys(t)) ticket_rotations_.inc(0, 0);
 }
 
 void Server::watch_tls_files() {

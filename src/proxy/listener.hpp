@@ -23,6 +23,7 @@
 #include "core/net.hpp"
 #include "core/time.hpp"
 #include "proxy/asio.hpp"
+#include "proxy/ticket_keys.hpp"
 
 namespace levee::proxy {
 
@@ -44,6 +45,8 @@ class ListenerSlot {
   std::atomic<std::uint32_t> fuse_open{0};
   std::atomic<std::uint32_t> fuse_in_use{0};
   std::atomic<std::uint32_t> fuse_waiting{0};
+  /// Session-ticket keys (TLS listeners): they outlive reloads with the slot.
+  const std::shared_ptr<TicketKeys> ticket_keys = std::make_shared<TicketKeys>();
 
   bool take_accept_token(double rate, core::TimePoint now);
   bool source_enter(const core::Address& addr, std::uint32_t cap);

@@ -117,7 +117,9 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w, std::sh
     if (!slot) slot = std::make_shared<ListenerSlot>(process->next_slot.fetch_add(1), key);
     listeners.push_back(std::make_unique<Listener>(*this, lc, li, config::classifier(*cfg, lc, tenants),
                                                    std::move(routes), std::move(slot)));
-    if (lc.tls.enabled) listeners.back()->tls = server_tls(lc.tls, cfg->source, &process->executor_load);
+    if (lc.tls.enabled)
+      listeners.back()->tls =
+          server_tls(lc.tls, cfg->source, &process->executor_load, listeners.back()->slot->ticket_keys);
   }
   // The last shard is the control thread's (health checks).
   metrics = std::make_unique<RequestMetrics>(labels, workers + 1);

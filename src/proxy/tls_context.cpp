@@ -1,7 +1,10 @@
 #include "proxy/tls_context.hpp"
 
+#include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ocsp.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -137,6 +140,41 @@ int on_client_hello(SSL* ssl, int* alert, void* arg) {
   return SSL_CLIENT_HELLO_SUCCESS;
 }
 
+int server_tls_index() {
+  static const int i = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return i;
+}
+
+/// Session tickets under the listener's own keys (proxy/ticket_keys.hpp):
+/// AES-256-CBC with HMAC-SHA256, the layout OpenSSL's own keys use.
+int on_ticket_key(SSL* ssl, unsigned char* name, unsigned char* iv, EVP_CIPHER_CTX* cipher, EVP_MAC_CTX* mac,
+                  int enc) {
+  const auto* t = static_cast<const ServerTls*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), server_tls_index()));
+  const TicketKeys* keys = t ? t->ticket_keys() : nullptr;
+  if (keys == nullptr) return enc ? 0 : 0;  // no ticket made; a ticket offered is not taken
+  TicketKeys::Key k;
+  int result = 1;
+  if (enc) {
+    auto e = keys->encrypting();
+    if (!e) return 0;
+    k = *e;
+    std::memcpy(name, k.name.data(), k.name.size());
+    if (RAND_bytes(iv, 16) != 1) return -1;
+    if (EVP_EncryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
+  } else {
+    auto f = keys->find(name);
+    if (!f) return 0;  // an unknown or aged-out key: a full handshake
+    k = f->first;
+    result = f->second ? 1 : 2;  // 2: good, but renew it under the newest key
+    if (EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
+  }
+  char digest[] = "sha256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k.hmac.data(), k.hmac.size()),
+                         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  if (EVP_MAC_CTX_set_params(mac, params) != 1) return -1;
+  return result;
+}
+
 int on_server_name(SSL* ssl, int*, void* arg) {
   const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
   if (name == nullptr) return SSL_TLSEXT_ERR_OK;  // the default certificate
@@ -173,7 +211,7 @@ const unsigned char kSessionContext[] = "levee";
 }  // namespace
 
 std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, const std::string& source,
-                                           std::vector<config::Error>& errors) {
+                                           std::vector<config::Error>& errors, std::shared_ptr<TicketKeys> keys) {
   Errors err{source, errors};
   const std::size_t before = errors.size();
   std::shared_ptr<ServerTls> t(new ServerTls(c));
@@ -277,11 +315,40 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
                         reinterpret_cast<void (*)()>(&on_server_name));
   SSL_CTX_set_tlsext_servername_arg(t->certs_[0].ctx, t.get());
   SSL_CTX_set_client_hello_cb(t->certs_[0].ctx, on_client_hello, t.get());
+  if (c.session_tickets) {
+    if (!c.session_ticket_keys_file.empty()) {
+      std::string why;
+      const bool ok = keys ? keys->load_file(c.session_ticket_keys_file, why)
+                           : TicketKeys::check_file(c.session_ticket_keys_file, why);
+      if (!ok) {
+        err.add(c.session_ticket_keys_place, why);
+        return nullptr;
+      }
+    }
+    if (keys) {
+      t->keys_ = std::move(keys);
+      t->rotate_ticket_keys(now());  // a key at once (the slot's, if it has them already)
+      // Tickets go through levee's keys, on every certificate's context
+      // (SNI may have switched to another when the ticket is made).
+      for (auto& cert : t->certs_) {
+        SSL_CTX_set_ex_data(cert.ctx, server_tls_index(), t.get());
+        SSL_CTX_set_tlsext_ticket_key_evp_cb(cert.ctx, on_ticket_key);
+      }
+    }
+  }
   return t;
 }
 
 ServerTls::~ServerTls() {
   for (auto& c : certs_) SSL_CTX_free(c.ctx);
+}
+
+bool ServerTls::rotate_ticket_keys(core::TimePoint t) const {
+  if (!keys_ || !cfg_.session_tickets || !cfg_.session_ticket_keys_file.empty()) return false;
+  // Enough keys to decrypt every ticket still within session_timeout, at most 4.
+  const auto per = cfg_.session_ticket_rotation.count();
+  const auto need = static_cast<std::size_t>((cfg_.session_timeout.count() + per - 1) / per) + 1;
+  return keys_->maybe_rotate(t, cfg_.session_ticket_rotation, std::min<std::size_t>(need, 4));
 }
 
 bool ServerTls::admit_handshake(bool resuming) const noexcept {
@@ -397,9 +464,10 @@ core::PeerIdentity peer_identity(SSL* ssl) {
 }
 
 std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
-                                            const std::atomic<double>* executor_load) {
+                                            const std::atomic<double>* executor_load,
+                                            std::shared_ptr<TicketKeys> keys) {
   std::vector<config::Error> errors;
-  auto t = ServerTls::make(c, source, errors);
+  auto t = ServerTls::make(c, source, errors, std::move(keys));
   if (t) {
     t->watch_load(executor_load);
     return t;

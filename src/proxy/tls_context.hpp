@@ -18,6 +18,7 @@
 #include "core/net.hpp"
 #include "core/time.hpp"
 #include "proxy/asio.hpp"
+#include "proxy/ticket_keys.hpp"
 
 struct ssl_st;
 struct ssl_ctx_st;
@@ -28,8 +29,10 @@ class ServerTls {
  public:
   /// Loads every certificate and key. Errors go to `errors` (naming the
   /// file); the result is null when there is one.
+  /// `keys`: the listener slot's ticket keys (null: checking only).
   static std::shared_ptr<ServerTls> make(const config::ServerTlsConfig& c, const std::string& source,
-                                         std::vector<config::Error>& errors);
+                                         std::vector<config::Error>& errors,
+                                         std::shared_ptr<TicketKeys> keys = nullptr);
   ~ServerTls();
   ServerTls(const ServerTls&) = delete;
   ServerTls& operator=(const ServerTls&) = delete;
@@ -53,6 +56,10 @@ class ServerTls {
   /// Where the executor load is published (the process's), for the load rule.
   void watch_load(const std::atomic<double>* load) noexcept { load_ = load; }
   mutable std::atomic<std::uint32_t> in_progress{0};
+  /// Draws a new ticket key when the rotation interval has passed (not for
+  /// keys from a file). True when it did. On the admin thread's tick.
+  bool rotate_ticket_keys(core::TimePoint now) const;
+  const TicketKeys* ticket_keys() const noexcept { return keys_.get(); }
 
  private:
   explicit ServerTls(const config::ServerTlsConfig& c) : cfg_(c) {}
@@ -64,6 +71,7 @@ class ServerTls {
   config::ServerTlsConfig cfg_;
   std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys
   const std::atomic<double>* load_ = nullptr;
+  std::shared_ptr<TicketKeys> keys_;
   // The full-handshake token bucket (a handshake costs far more than the lock).
   mutable std::mutex rate_mu_;
   mutable double tokens_ = -1;  ///< < 0: not started (full)
@@ -112,7 +120,8 @@ core::PeerIdentity peer_identity(ssl_st* ssl);
 /// ServerTls::make for a listener at start-up; throws (with the errors,
 /// formatted) when a file is bad.
 std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
-                                            const std::atomic<double>* executor_load = nullptr);
+                                            const std::atomic<double>* executor_load = nullptr,
+                                            std::shared_ptr<TicketKeys> keys = nullptr);
 
 /// Every listener's TLS files loaded once, for start-up and --validate.
 std::vector<config::Error> check_tls(const config::Config& cfg);

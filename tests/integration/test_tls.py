@@ -1,6 +1,7 @@
 """TLS termination at the edge (issue 13), with real clients: curl and
 `openssl s_client`. Certificates are made per test run with the openssl CLI
 in a temporary directory (no key material is committed)."""
+import http.client
 import json
 import os
 import re
@@ -324,6 +325,67 @@ class TlsTermination(unittest.TestCase):
         self.assertIn(b"HTTP/1.1 200", again.recv(4096))
         again.close()
         self.assertGreaterEqual(lv.metric("levee_tls_handshakes_total", result="resumed"), 1)
+
+    def test_session_tickets_survive_a_reload_and_rotate(self):
+        lv = self.levee({"certificate": self.cert, "key": self.key, "session_ticket_rotation": "1s",
+                         "session_timeout": "1h"})
+        first = self.tls_connect(lv)
+        session = first.session
+        first.close()
+        self.assertTrue(session.has_ticket)
+        # A reload builds new TLS contexts; the listener's ticket keys stay.
+        c = http.client.HTTPConnection("127.0.0.1", lv.admin_port, timeout=10)
+        c.request("POST", "/admin/reload", body=b"")
+        self.assertEqual(c.getresponse().status, 200)
+        c.close()
+        again = self.tls_connect(lv, session=session)
+        self.assertTrue(again.session_reused)
+        again.close()
+        # Keys rotate every second; an hour's session_timeout would need
+        # more keys than the 4 kept. A ticket from one rotation ago still
+        # resumes (and is renewed); one whose key is 4 rotations old is not
+        # taken (a full handshake), though its session has not expired.
+        def rotations():
+            return lv.metric("levee_tls_ticket_key_rotations_total")
+        fresh = self.tls_connect(lv)
+        old, kept = fresh.session, fresh.session
+        fresh.close()
+        start = rotations()
+        wait_until(lambda: rotations() >= start + 1, what="a rotation")
+        again = self.tls_connect(lv, session=kept)
+        self.assertTrue(again.session_reused)
+        again.close()
+        wait_until(lambda: rotations() >= start + 4, what="four rotations")
+        late = self.tls_connect(lv, session=old)
+        self.assertFalse(late.session_reused)
+        late.close()
+
+    def test_a_shared_ticket_key_file_lets_instances_resume_each_other(self):
+        keys = self.pki.path("ticket.keys")
+        with open(keys, "wb") as f:
+            f.write(os.urandom(160))  # two keys: the first encrypts
+        tls = {"certificate": self.cert, "key": self.key, "session_ticket_keys": keys}
+        a, b = self.levee(tls), self.levee(tls)
+        first = self.tls_connect(a)
+        session = first.session
+        first.close()
+        other = self.tls_connect(b, session=session)
+        self.assertTrue(other.session_reused)
+        other.close()
+        # A file that is not whole keys is a config error naming it.
+        with open(keys, "wb") as f:
+            f.write(os.urandom(79))
+        r = run([LEVEE, "--validate", self.write_config_with(tls)])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("session_ticket_keys", r.stderr)
+
+    def write_config_with(self, tls):
+        path = self.pki.path("levee-keys.yaml")
+        with open(path, "w") as f:
+            json.dump({"listeners": [{"port": free_port(), "address": "127.0.0.1", "routes": [{"cluster": "app"}],
+                                      "tls": tls}],
+                       "clusters": [{"name": "app", "endpoints": [self.be.address]}]}, f)
+        return path
 
     def test_handshakes_in_progress_are_capped(self):
         lv = self.levee({"certificate": self.cert, "key": self.key, "max_handshakes": 2})
