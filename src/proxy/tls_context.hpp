@@ -48,6 +48,7 @@ class ServerTls {
     std::vector<std::string> names;  ///< lower case; "*.example.com" for a wildcard
   };
   config::ServerTlsConfig cfg_;
+  std::string alpn_wire_;    ///< the protocols offered, in ALPN's wire format
   std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys
 };
 
