@@ -33,7 +33,6 @@ struct H2Callbacks {
     auto& c = *static_cast<Http2Connection*>(u);
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     ++c.streams_seen_;
-    c.unlink();  // no longer idle
     // A cap on what one connection may have waiting in admission: past
     // it, new streams are refused (REFUSED_STREAM: safe to retry).
     if (c.queued_ >= c.h2cfg_.max_queued_streams) {
@@ -213,7 +212,14 @@ void Http2Connection::start(std::shared_ptr<Http2Connection> c) {
 }
 
 void Http2Connection::expire() noexcept {
-  // Idle too long, or the worker drains: nothing is open, so close.
+  // The connection stays in the worker's idle list while it lives, so
+  // that a drain finds it: GOAWAY now, open streams finish, then it
+  // closes. Past the idle timeout with streams open, it is not idle.
+  const bool drain = w_.draining() || w_.rt->draining.load(std::memory_order_relaxed);
+  if (!streams_.empty() && !drain && !closed_) {
+    w_.idle(*this, slot_, now(), false);
+    return;
+  }
   go_away();
   kick();
 }
@@ -280,7 +286,8 @@ void Http2Connection::idle_check() {
     kick();
     return;
   }
-  if (!linked()) w_.idle(*this, slot_, now(), false);
+  unlink();  // idle from now
+  w_.idle(*this, slot_, now(), false);
 }
 
 void Http2Connection::stream_ended(std::int32_t id) {

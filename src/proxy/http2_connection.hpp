@@ -47,7 +47,7 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
 
   static void start(std::shared_ptr<Http2Connection> c);
 
-  // IdleConnection: no stream open.
+  // IdleConnection: it rests in the worker's idle list while it lives.
   void park() noexcept override {}
   void expire() noexcept override;
 

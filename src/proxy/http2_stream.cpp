@@ -58,6 +58,12 @@ bool H2Stream::on_header(std::string_view name, std::string_view value) {
   }
   // HTTP/2 has no 100-continue of its own here, and te is hop-by-hop.
   if (name == "expect" || name == "te") return true;
+  if (name == "cookie") {
+    // Split into crumbs for HPACK; one field again for HTTP/1.1 (RFC 9113 8.2.3).
+    if (!cookie_.empty()) cookie_.append("; ");
+    cookie_.append(value);
+    return true;
+  }
   const auto id = boost::beast::http::string_to_field(name);
   const int at = static_cast<int>(h.fields().size());
   if (!h.add(id, name, value)) {
@@ -86,6 +92,8 @@ bool H2Stream::on_header(std::string_view name, std::string_view value) {
 }
 
 void H2Stream::on_headers_done(bool end_stream) {
+  if (!cookie_.empty() && !too_large_ && !b_->req_head.add(http::FieldId::cookie, "cookie", cookie_)) too_many_ = true;
+  cookie_.clear();
   b_->req.version = 20;
   has_body_ = !end_stream;
   end_in_ = end_stream;

@@ -88,6 +88,7 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   bool has_body_ = false;
   bool end_in_ = false;
   std::optional<std::uint64_t> length_;
+  std::string cookie_;    ///< the cookie crumbs, joined
   std::string in_;        ///< received body the exchange has not taken
   std::size_t in_off_ = 0;
   // The answer.

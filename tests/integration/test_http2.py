@@ -2,6 +2,7 @@
 (prior knowledge and ALPN over TLS), h2load, a raw python3-h2 client for
 resets and floods, and python3-grpcio for gRPC answers."""
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -148,6 +149,50 @@ class Http2(unittest.TestCase):
                                 f"http://127.0.0.1:{lv.port}/sha256")
         self.assertEqual(rc, 0, err)
         self.assertEqual(out.split(), [sha256_hex(body), str(len(body))])
+
+    def test_head_sent_upstream_and_a_large_response(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+        sid = c.request("/headers", [("cookie", "a=1"), ("cookie", "b=2"), ("x-one", "1")])
+        blocks = c.response(sid)
+        self.assertEqual(blocks[0][":status"], "200")
+        body = b"".join(e.data for e in c.events if isinstance(e, h2.events.DataReceived) and e.stream_id == sid)
+        head = body.decode().lower()
+        # :authority became Host, the cookie crumbs one field (RFC 9113 8.2.3).
+        self.assertIn("\nhost: test\n", head)
+        self.assertIn("\ncookie: a=1; b=2\n", head)
+        self.assertIn("\nx-one: 1\n", head)
+        self.assertIn("\nvia: 2 levee\n", head)
+        self.assertNotIn("te:", head)
+        c.close()
+        # A response far larger than the client's window moves as it reads.
+        from harness import download_bytes
+        for chunked in ("0", "1"):
+            r = subprocess.run([tool("curl"), "-sS", "--http2-prior-knowledge", "--max-time", "20",
+                                f"http://127.0.0.1:{lv.port}/download?size=3000000&chunked={chunked}"],
+                               capture_output=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sha256_hex(r.stdout), sha256_hex(download_bytes(3000000)))
+
+    def test_drain_sends_goaway_and_finishes_open_streams(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+        sid = c.request("/slow?ms=700")
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="in flight")
+        lv.proc.signal(signal.SIGTERM)
+        # GOAWAY first (no new streams), while the open one is still answered.
+        c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        goaway = next(e for e in c.events if isinstance(e, h2.events.ConnectionTerminated))
+        self.assertEqual(goaway.error_code, h2.errors.ErrorCodes.NO_ERROR)
+        self.assertGreaterEqual(goaway.last_stream_id, sid)  # the open stream is still served
+        self.assertFalse(any(isinstance(e, h2.events.StreamEnded) for e in c.events))
+        # (python3-h2 takes no frames after a GOAWAY: read the rest raw.)
+        c.sock.settimeout(10)
+        while c.sock.recv(65536):
+            pass
+        c.close()
+        self.assertEqual(lv.proc.wait(10), 0)
+        self.assertIn('"GET /slow?ms=700 HTTP/2.0" 200', lv.proc.output())
 
     def test_reset_stream_leaves_the_queue_and_never_goes_upstream(self):
         be = Backend(self, workers=1, service="fixed:500ms", name="slow")
