@@ -16,6 +16,7 @@ try:
     import h2.config
     import h2.connection
     import h2.events
+    import h2.settings
 except ImportError:  # scripts/deps.sh --test installs python3-h2
     h2 = None
 try:
@@ -304,6 +305,27 @@ class Hostile(unittest.TestCase):
         c.close()
         self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 1)
         self.still_served(lv)
+
+    def test_window_stall_holds_only_its_own_stream(self):
+        # A client that opens no window: its answer cannot move. Its stream
+        # is reset after body_timeout; its other streams and connections
+        # are served meanwhile.
+        lv = Levee(self, [cluster("app", [self.be.address])], listener={"body_timeout": "1s", **H2})
+        c = H2Client(lv.port)
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        c.flush()
+        t0 = time.monotonic()
+        stalled = c.request("/download?size=1000000")
+        self.still_served(lv)
+        c.pump(lambda ev: any(isinstance(e, h2.events.StreamReset) and e.stream_id == stalled for e in ev), 10)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.9)
+        # The connection itself carries on: a HEAD (no body) is answered.
+        sid = c.conn.get_next_available_stream_id()
+        c.conn.send_headers(sid, [(":method", "HEAD"), (":path", "/"), (":scheme", "http"), (":authority", "t")],
+                            end_stream=True)
+        c.flush()
+        self.assertEqual(c.response(sid)[0][":status"], "200")
+        c.close()
 
     def test_oversized_header_list_gets_431(self):
         lv = Levee(self, [cluster("app", [self.be.address])], listener={"max_header_bytes": 4096, "max_request_line": 1024, **H2})
