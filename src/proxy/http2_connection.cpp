@@ -145,6 +145,7 @@ Http2Connection::Http2Connection(Worker& w, Listener& l, Stream s, const Peer& p
       max_header_bytes_(l.cfg.max_header_bytes),
       max_headers_(l.cfg.max_headers),
       body_timeout_(l.cfg.body_timeout),
+      idle_timeout_(l.cfg.idle_timeout),
       stream_(std::move(s)),
       peer_(peer),
       identity_(identity),
@@ -213,11 +214,16 @@ void Http2Connection::start(std::shared_ptr<Http2Connection> c) {
 
 void Http2Connection::expire() noexcept {
   // The connection stays in the worker's idle list while it lives, so
-  // that a drain finds it: GOAWAY now, open streams finish, then it
-  // closes. Past the idle timeout with streams open, it is not idle.
+  // that a drain, a reload that removed its listener, or the connection
+  // cap finds it: GOAWAY now, open streams finish, then it closes. Only
+  // the idle timeout passing while streams are open is not idleness: it
+  // goes back to the list (posted: the caller may be walking it).
   const bool drain = w_.draining() || w_.rt->draining.load(std::memory_order_relaxed);
-  if (!streams_.empty() && !drain && !closed_) {
-    w_.idle(*this, slot_, now(), false);
+  const bool timed_out = now() - since() >= idle_timeout_;
+  if (!streams_.empty() && !drain && !closed_ && timed_out && w_.listener_in_slot(slot_)) {
+    asio::post(w_.ctx, [self = shared_from_this()] {
+      if (!self->closed_ && !self->linked()) self->w_.idle(*self, self->slot_, now(), false);
+    });
     return;
   }
   go_away();

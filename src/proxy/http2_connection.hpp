@@ -82,6 +82,7 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
   const std::uint32_t max_header_bytes_;
   const std::uint32_t max_headers_;
   const core::Duration body_timeout_;
+  const core::Duration idle_timeout_;
   Stream stream_;
   Peer peer_;
   core::PeerIdentity identity_;

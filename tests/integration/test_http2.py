@@ -195,6 +195,24 @@ class Http2(unittest.TestCase):
         self.assertEqual(lv.proc.wait(10), 0)
         self.assertIn('"GET /slow?ms=700 HTTP/2.0" 200', lv.proc.output())
 
+    def test_idle_timeout_spares_busy_connections_and_closes_idle_ones(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener={"idle_timeout": "300ms", **H2})
+        c = H2Client(lv.port)
+        # A stream longer than the idle timeout is not idleness.
+        sid = c.request("/slow?ms=800")
+        self.assertEqual(c.response(sid)[0][":status"], "200")
+        self.assertFalse(any(isinstance(e, h2.events.ConnectionTerminated) for e in c.events))
+        # Idle from its end: GOAWAY, then the close.
+        t0 = time.monotonic()
+        c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+        goaway = next(e for e in c.events if isinstance(e, h2.events.ConnectionTerminated))
+        self.assertEqual(goaway.error_code, h2.errors.ErrorCodes.NO_ERROR)
+        c.sock.settimeout(5)
+        while c.sock.recv(65536):
+            pass
+        c.close()
+
     def test_reset_stream_leaves_the_queue_and_never_goes_upstream(self):
         be = Backend(self, workers=1, service="fixed:500ms", name="slow")
         lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
