@@ -328,9 +328,14 @@ bool Http2Connection::feed(const char* data, std::size_t n) {
     consume_conn_ = 0;
   }
   if (rv < 0) {
-    // A protocol error or one of nghttp2's flood guards: it has queued a
-    // GOAWAY; the writer sends it and closes.
-    if (!dead_) count(H2Limit::Protocol);
+    // A protocol error or one of nghttp2's own guards (a flood, too many
+    // CONTINUATION frames): say so in a GOAWAY, which the writer sends
+    // before it closes.
+    if (!dead_) {
+      count(H2Limit::Protocol);
+      const bool flood = rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS;
+      nghttp2_session_terminate_session(s_, flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
+    }
     dead_ = true;
     goaway_ = true;
   }

@@ -324,6 +324,26 @@ class Hostile(unittest.TestCase):
         self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 1)
         self.still_served(lv)
 
+    def test_continuation_flood(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+
+        def frame(kind, flags, sid, payload):
+            return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big") + payload
+
+        # HEADERS without END_HEADERS (:method GET, :path /, :scheme http),
+        # then CONTINUATION frames that never end the block.
+        data = frame(0x1, 0x0, 1, b"\x82\x84\x86")
+        data += b"".join(frame(0x9, 0x0, 1, b"\x10\x01x\x01y") for _ in range(64))
+        try:
+            c.sock.sendall(data)
+        except OSError:
+            pass
+        self.assertEqual(self.goaway_code(c), h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        c.close()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="protocol"), 1)
+        self.still_served(lv)
+
     def test_window_stall_holds_only_its_own_stream(self):
         # A client that opens no window: its answer cannot move. Its stream
         # is reset after body_timeout; its other streams and connections
