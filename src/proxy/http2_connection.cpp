@@ -220,7 +220,9 @@ void Http2Connection::expire() noexcept {
   // goes back to the list (posted: the caller may be walking it).
   const bool drain = w_.draining() || w_.rt->draining.load(std::memory_order_relaxed);
   const bool timed_out = now() - since() >= idle_timeout_;
-  if (!streams_.empty() && !drain && !closed_ && timed_out && w_.listener_in_slot(slot_)) {
+  // A stream whose header block never ended (no exchange runs) is not work.
+  const bool busy = std::any_of(streams_.begin(), streams_.end(), [](const auto& kv) { return kv.second->started; });
+  if (busy && !drain && !closed_ && timed_out && w_.listener_in_slot(slot_)) {
     asio::post(w_.ctx, [self = shared_from_this()] {
       if (!self->closed_ && !self->linked()) self->w_.idle(*self, self->slot_, now(), false);
     });
@@ -418,6 +420,11 @@ awaitable<void> Http2Connection::writer() {
 awaitable<bool> Http1Connection::try_http2() {
   // TLS: ALPN chose h2. Cleartext: the client preface, perhaps in pieces.
   if (!stream_.tls()) {
+    // The rest of a preface that came in pieces is due within header_timeout.
+    Timer t(w_.ctx.get_executor(), std::chrono::duration_cast<Timer::duration>(l_->cfg.header_timeout));
+    t.async_wait([this, self = shared_from_this()](error_code ec) {
+      if (!ec && !handed_) stream_.cancel();
+    });
     for (;;) {
       const auto p = http::detect_preface(in_->view());
       if (p == http::Preface::No) co_return false;

@@ -344,6 +344,22 @@ class Hostile(unittest.TestCase):
         self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="protocol"), 1)
         self.still_served(lv)
 
+    def test_a_preface_that_never_ends_is_cut_off(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener={"header_timeout": "300ms", **H2})
+        s = socket.create_connection(("127.0.0.1", lv.port), timeout=5)
+        s.sendall(b"PRI * HTTP/2.0\r\n")  # and nothing more
+        t0 = time.monotonic()
+        got = b""
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            got += data
+        s.close()
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertTrue(got == b"" or got.startswith(b"HTTP/1.1 4"), got)
+        self.still_served(lv)
+
     def test_window_stall_holds_only_its_own_stream(self):
         # A client that opens no window: its answer cannot move. Its stream
         # is reset after body_timeout; its other streams and connections
