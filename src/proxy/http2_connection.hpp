@@ -96,7 +96,7 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
   Timer wake_;        ///< the writer's wait
   Timer write_timer_; ///< a write the client does not take
   std::uint64_t consume_conn_ = 0;
-  std::uint32_t queued_ = 0;  ///< streams whose exchange watches the client (waiting in admission)
+  std::uint32_t queued_ = 0;  ///< streams whose exchange waits in admission
   // Rate limits: per-second windows.
   core::TimePoint control_window_{};
   std::uint32_t control_in_window_ = 0;

@@ -24,7 +24,7 @@ H2Stream::H2Stream(Http2Connection& c, std::int32_t id, std::unique_ptr<Exchange
     : c_(c), id_(id), b_(std::move(b)), ev_(c.w_.ctx.get_executor()), start_(now()) {}
 
 H2Stream::~H2Stream() {
-  if (watcher_) --c_.queued_;
+  queued(false);
   c_.w_.put_buffers(std::move(b_));
 }
 
@@ -123,9 +123,7 @@ void H2Stream::on_close(std::uint32_t) {
   if (!response_done_ && watcher_) {
     // Reset before its answer while the exchange is not reading (queued):
     // it leaves the queue now, and nothing goes upstream.
-    auto* w = std::exchange(watcher_, nullptr);
-    --c_.queued_;
-    w->on_client_gone();
+    std::exchange(watcher_, nullptr)->on_client_gone();
   }
   if (waiting_) aborted_ = true;
   notify();
@@ -282,9 +280,15 @@ awaitable<bool> H2Stream::send_local(http::LocalReply& r) {
 
 // --- the client's presence ------------------------------------------------------
 
+void H2Stream::queued(bool q) noexcept {
+  if (q == queued_) return;
+  queued_ = q;
+  if (q) ++c_.queued_;
+  else --c_.queued_;
+}
+
 void H2Stream::watch(ClientWatch& w) {
   watcher_ = &w;
-  ++c_.queued_;
   if (!closed_) return;
   // Reset already: tell the watcher once its wait has begun (this stream
   // lives while its exchange runs; the lookup finds it only then).
@@ -296,11 +300,7 @@ void H2Stream::watch(ClientWatch& w) {
   });
 }
 
-void H2Stream::unwatch() noexcept {
-  if (!watcher_) return;
-  watcher_ = nullptr;
-  --c_.queued_;
-}
+void H2Stream::unwatch() noexcept { watcher_ = nullptr; }
 
 // --- the exchange -------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   awaitable<bool> send_local(http::LocalReply& r) override;
   void watch(ClientWatch& w) override;
   void unwatch() noexcept override;
+  void queued(bool q) noexcept override;
   void cancel_io() noexcept override;
   std::pair<std::uint64_t, std::uint64_t> take_bytes() noexcept override {
     return {std::exchange(rx_, 0), std::exchange(tx_, 0)};
@@ -79,6 +80,7 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   Timer ev_;
   core::TimePoint start_{};
   ClientWatch* watcher_ = nullptr;
+  bool queued_ = false;  ///< its exchange waits in admission (counted in the connection's queued_)
   // The request.
   std::size_t header_bytes_ = 0;
   bool too_large_ = false;

@@ -360,6 +360,29 @@ class Hostile(unittest.TestCase):
         self.assertTrue(got == b"" or got.startswith(b"HTTP/1.1 4"), got)
         self.still_served(lv)
 
+    def test_streams_queued_per_connection_are_capped(self):
+        be = Backend(self, workers=1, service="fixed:300ms", name="slow")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
+                   routes=[{"cluster": "app", "timeout": "10s"}],
+                   listener={"http2": {"enabled": True, "max_queued_streams": 2}})
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder"}))
+        holder.start()
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        c = H2Client(lv.port)
+        queued = [c.request("/", [("x-test-id", f"q{i}")]) for i in range(2)]
+        wait_until(lambda: lv.metric("levee_cluster_queue_depth", cluster="app") >= 2, what="two queued")
+        extra = c.request("/", [("x-test-id", "q-extra")])
+        c.pump(lambda ev: any(isinstance(e, h2.events.StreamReset) and e.stream_id == extra for e in ev))
+        reset = next(e for e in c.events if isinstance(e, h2.events.StreamReset) and e.stream_id == extra)
+        self.assertEqual(reset.error_code, h2.errors.ErrorCodes.REFUSED_STREAM)
+        for sid in queued:
+            self.assertEqual(c.response(sid)[0][":status"], "200")
+        c.close()
+        holder.join()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="queued_streams"), 1)
+        self.assertTrue(be.seen("q0") and be.seen("q1"))
+        self.assertFalse(be.seen("q-extra"))
+
     def test_window_stall_holds_only_its_own_stream(self):
         # A client that opens no window: its answer cannot move. Its stream
         # is reset after body_timeout; its other streams and connections
