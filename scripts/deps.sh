@@ -4,6 +4,7 @@
 #   scripts/deps.sh            build dependencies only
 #   scripts/deps.sh --test     also the real peers and checkers the tests drive
 #                              (redis, redis-sentinel, haproxy, nginx, wrk, h2load,
+#                              python3-h2 and python3-grpcio (HTTP/2 clients),
 #                              promtool, curl, systemd-analyze, dpkg-shlibdeps and
 #                              file (CPack), python3-kubernetes, chromium) and clang with its
 #                              libFuzzer runtime (tests/fuzz)
@@ -72,7 +73,7 @@ apt_install() {
 
 # python3: CMake configures the tests (on by default) with it.
 build_pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates python3
-            libssl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libhiredis-dev)
+            libssl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libhiredis-dev libnghttp2-dev)
 case "$codename" in
   bookworm) build_pkgs+=(libboost1.81-dev) ;;
   noble)    build_pkgs+=(libboost-dev catch2 prometheus-cpp-dev) ;;   # Ubuntu names Catch2 v3 catch2
@@ -109,7 +110,7 @@ fi
 
 if [ "$want_test" -eq 1 ]; then
   test_pkgs=(curl redis-server redis-sentinel haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
-             python3 openssl procps iproute2
+             python3 openssl procps iproute2 python3-h2 python3-grpcio
              systemd dpkg-dev file python3-kubernetes python3-jsonschema
              clang libclang-rt-dev)  # libFuzzer, ASan, UBSan for clang (a Recommends of clang's)
   test_pkgs+=(chromium)  # the admin page's browser test (headless)

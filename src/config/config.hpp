@@ -134,6 +134,17 @@ struct FuseConfig {
   Duration queue_timeout = 5s;
 };
 
+/// HTTP/2 towards clients (docs/http2.md): ALPN "h2" on a TLS listener,
+/// prior knowledge (the client preface) on a cleartext one.
+struct Http2Config {
+  bool enabled = false;
+  std::uint32_t max_concurrent_streams = 100;  ///< advertised in SETTINGS
+  std::uint32_t initial_window = 64 * 1024;    ///< per stream: the most body buffered for one
+  std::uint32_t max_queued_streams = 50;       ///< streams of one connection waiting in admission
+  std::uint32_t max_resets_per_second = 100;   ///< client resets of unanswered streams (rapid reset)
+  std::uint32_t max_control_per_second = 1000; ///< SETTINGS, PING and empty DATA frames received
+};
+
 struct ListenerConfig {
   enum class Mode : std::uint8_t { Normal, Batch };
   std::string name;
@@ -171,6 +182,7 @@ struct ListenerConfig {
   ServerTlsConfig tls;
   TrustConfig trust;
   ProxyProtocolConfig proxy_protocol;
+  Http2Config http2;
 };
 
 struct EndpointConfig {

@@ -339,6 +339,15 @@ void listener(Json& j, const ListenerConfig& l) {
       .kv("queue", l.fuse.queue)
       .kv("queue_timeout", l.fuse.queue_timeout)
       .close()
+      .key("http2")
+      .open()
+      .kv("enabled", l.http2.enabled)
+      .kv("max_concurrent_streams", l.http2.max_concurrent_streams)
+      .kv("initial_window", l.http2.initial_window)
+      .kv("max_queued_streams", l.http2.max_queued_streams)
+      .kv("max_resets_per_second", l.http2.max_resets_per_second)
+      .kv("max_control_per_second", l.http2.max_control_per_second)
+      .close()
       .key("routes")
       .open_list();
   for (const auto& r : l.routes) route(j, r);

@@ -467,6 +467,19 @@ void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, Liste
     read_duration(ctx, fm.take("queue_timeout"), fm.sub("queue_timeout"), l.fuse.queue_timeout,
                   std::chrono::milliseconds(1), std::chrono::hours(1));
   }
+  if (auto h = m.take("http2"); h.IsDefined()) {
+    Map hm(ctx, h, m.sub("http2"));
+    auto& c = l.http2;
+    read_bool(ctx, hm.take("enabled"), hm.sub("enabled"), c.enabled);
+    read_uint(ctx, hm.take("max_concurrent_streams"), hm.sub("max_concurrent_streams"), c.max_concurrent_streams, 1,
+              10000);
+    read_uint(ctx, hm.take("initial_window"), hm.sub("initial_window"), c.initial_window, 1024, (1u << 31) - 1);
+    read_uint(ctx, hm.take("max_queued_streams"), hm.sub("max_queued_streams"), c.max_queued_streams, 1, 10000);
+    read_uint(ctx, hm.take("max_resets_per_second"), hm.sub("max_resets_per_second"), c.max_resets_per_second, 1,
+              1000000);
+    read_uint(ctx, hm.take("max_control_per_second"), hm.sub("max_control_per_second"), c.max_control_per_second, 1,
+              1000000);
+  }
   read_listener_edge(ctx, m, l);  // tls, trust: config/tls.cpp
   auto rn = m.take("routes");
   if (!rn.IsDefined()) {
@@ -482,6 +495,11 @@ void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, Liste
   }
   if (l.max_request_line > l.max_header_bytes)
     ctx.error(n, m.sub("max_request_line"), "must not exceed max_header_bytes");
+  // HTTP/2 over TLS is chosen by ALPN: "h2" is offered first when enabled.
+  auto& alpn = l.tls.alpn;
+  const bool h2 = std::find(alpn.begin(), alpn.end(), "h2") != alpn.end();
+  if (h2 && !l.http2.enabled) ctx.error(n, m.sub("tls.alpn"), "h2 needs http2.enabled: true");
+  if (!h2 && l.http2.enabled) alpn.insert(alpn.begin(), "h2");
 }
 
 void read_endpoint(Ctx& ctx, const YAML::Node& n, const std::string& path, EndpointConfig& e) {

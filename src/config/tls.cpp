@@ -89,10 +89,8 @@ void read_version(Ctx& ctx, const YAML::Node& n, const std::string& path, TlsVer
 void read_alpn(Ctx& ctx, const YAML::Node& n, const std::string& path, std::vector<std::string>& out) {
   read_strings(ctx, n, path, out, "protocol names");
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == "http/1.1") continue;
-    ctx.error(n, at(path, i),
-              out[i] == "h2" ? "h2 is not supported yet (HTTP/2 lands next): use http/1.1"
-                             : "unknown protocol '" + out[i] + "' (levee speaks http/1.1)");
+    if (out[i] == "http/1.1" || out[i] == "h2") continue;  // h2 needs http2.enabled (loader.cpp)
+    ctx.error(n, at(path, i), "unknown protocol '" + out[i] + "' (levee speaks h2 and http/1.1)");
   }
 }
 

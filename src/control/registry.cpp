@@ -18,7 +18,7 @@ using proxy::Runtime;
 void register_metrics(metrics::Registry& registry, const std::shared_ptr<Runtime>& rtp,
                       const std::vector<std::unique_ptr<proxy::Worker>>& workers, const AccessLog& log) {
   auto& m = *rtp->metrics;
-  for (auto* t : {&m.requests, &m.admitted, &m.rejected, &m.dry_run, &m.local_replies, &m.connections, &m.refused, &m.untrusted, &m.tls_handshakes, &m.proxy_headers,
+  for (auto* t : {&m.requests, &m.admitted, &m.rejected, &m.dry_run, &m.local_replies, &m.connections, &m.refused, &m.untrusted, &m.tls_handshakes, &m.proxy_headers, &m.http2_connections, &m.http2_limits,
                   &m.upstream_requests, &m.upstream_errors, &m.upstream_connects, &m.load_report_errors, &m.load_report_ignored, &m.bytes,
                   &m.health_checks})
     registry.add(t);

@@ -61,7 +61,7 @@ std::vector<std::string> cluster_names(const config::Config& c) {
 
 void add_tables(metrics::Registry& r, const proxy::RequestMetrics& m) {
   for (auto* t : {&m.requests, &m.admitted, &m.rejected, &m.dry_run, &m.local_replies, &m.connections, &m.refused,
-                  &m.untrusted, &m.tls_handshakes, &m.proxy_headers, &m.upstream_requests, &m.upstream_errors, &m.upstream_connects, &m.load_report_errors, &m.bytes,
+                  &m.untrusted, &m.tls_handshakes, &m.proxy_headers, &m.http2_connections, &m.http2_limits, &m.upstream_requests, &m.upstream_errors, &m.upstream_connects, &m.load_report_errors, &m.bytes,
                   &m.health_checks})
     r.add(t);
   for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time, &m.health_check_latency}) r.add(h);
@@ -78,6 +78,8 @@ void absorb_tables(proxy::RequestMetrics& into, const proxy::RequestMetrics& old
   into.untrusted.absorb(old.untrusted);
   into.tls_handshakes.absorb(old.tls_handshakes);
   into.proxy_headers.absorb(old.proxy_headers);
+  into.http2_connections.absorb(old.http2_connections);
+  into.http2_limits.absorb(old.http2_limits);
   into.upstream_requests.absorb(old.upstream_requests);
   into.upstream_errors.absorb(old.upstream_errors);
   into.upstream_connects.absorb(old.upstream_connects);

@@ -43,7 +43,7 @@ void write_upstream_head(std::string& out, const UpstreamHead& u) {
     out.append(u.head.value(info.via));
     out.append(", ");
   }
-  out.append(info.version == 10 ? "1.0 levee\r\n" : "1.1 levee\r\n");
+  out.append(info.version == 10 ? "1.0 levee\r\n" : info.version == 20 ? "2 levee\r\n" : "1.1 levee\r\n");
   out.append("x-forwarded-for: ");
   if (info.xff >= 0 && u.forwarded_trusted) {
     out.append(u.head.value(info.xff));

@@ -78,6 +78,10 @@ class Downstream {
   virtual void watch(ClientWatch& w) = 0;
   virtual void unwatch() noexcept = 0;
 
+  /// The exchange waits in its cluster's admission queue (true), or no
+  /// longer (false). HTTP/2 caps how many streams of a connection may.
+  virtual void queued(bool) noexcept {}
+
   /// Cancels pending I/O with the client (a deadline passed).
   virtual void cancel_io() noexcept = 0;
   /// Bytes read from and written to the client since the last call.

@@ -248,7 +248,9 @@ awaitable<bool> Exchange::wait_in_queue(core::QueueGate::Ticket t, TimePoint exp
   // The gate drops entries past their give-up time when it next looks; the
   // timer makes sure we look even if nothing else happens.
   const TimePoint give_up = std::min(cls_.deadline, expires) + std::chrono::milliseconds(1);
+  d_.queued(true);
   const auto end = co_await wait_.wait(rec_.start, give_up);
+  d_.queued(false);
   if (end != AdmissionWait::End::Woken) {
     if (cluster_->cancel(t, now())) {
       if (end == AdmissionWait::End::ClientGone) {

@@ -32,6 +32,7 @@ Http1Connection::Http1Connection(Worker& w, Listener& l, Socket s, const core::A
 
 Http1Connection::~Http1Connection() {
   w_.put_read_buffer(std::move(in_));
+  if (handed_) return;  // the HTTP/2 connection gives them back
   // The slot's counts: l_ may be of a Runtime already gone.
   slot_state_->connections.fetch_sub(1, std::memory_order_relaxed);
   w_.connections.fetch_sub(1, std::memory_order_relaxed);
@@ -97,6 +98,7 @@ awaitable<void> Http1Connection::run() {
       identity_ = peer_identity(stream_.ssl());
       if (!identity_.empty()) peer_.identity = &identity_;
     }
+    if (stream_.alpn() == "h2" && co_await try_http2()) co_return;
   }
   for (;;) {
     // Between requests: wait for the first bytes of the next one. A hot
@@ -150,6 +152,7 @@ awaitable<void> Http1Connection::run() {
       unlink();
       parked_ = parking_ = false;
       if (!got || expiring_) break;
+      if (served_ == 0 && !peer_.tls && l_->cfg.http2.enabled && co_await try_http2()) co_return;
     }
     const bool keep = co_await serve();
     ++served_;

@@ -69,6 +69,9 @@ class Http1Connection final : public Downstream,
   awaitable<HeadResult> read_head(core::Reason& why);
   awaitable<bool> write(const http::Buffers& bufs);
   awaitable<void> lingering_close();
+  /// An HTTP/2 client (ALPN h2, or the cleartext preface): hands the
+  /// connection to an Http2Connection (proxy/http2_connection.cpp). True: gone.
+  awaitable<bool> try_http2();
   /// Waits for the client's next bytes with a plain completion handler, so
   /// that a parked connection holds no coroutine frame: this object, its
   /// socket and one pending wait. start() runs it again when bytes come.
@@ -110,6 +113,7 @@ class Http1Connection final : public Downstream,
   bool resumed_ = false;  ///< run() restarted by rest(): the socket is readable
   bool parking_ = false;
   bool expiring_ = false;
+  bool handed_ = false;  ///< given to an Http2Connection, with its counts
 };
 
 }  // namespace levee::proxy

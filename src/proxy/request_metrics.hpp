@@ -31,6 +31,8 @@ enum class ProxyHeaderResult : std::size_t { V1, V2, Local, Invalid, Timeout, Cl
 /// in the order of core::Ignored's bits.
 inline constexpr std::size_t kUntrustedKinds = 4;
 enum class UpstreamError : std::size_t { Connect, Reset, Timeout, Protocol };
+/// Which HTTP/2 protocol limit a client hit (levee_http2_limit_total{limit}).
+enum class H2Limit : std::size_t { HeaderList, RapidReset, ControlFlood, QueuedStreams, Protocol };
 
 struct RequestMetrics {
   RequestMetrics(const MetricLabels& labels, std::size_t shards);
@@ -45,6 +47,8 @@ struct RequestMetrics {
   metrics::CounterTable untrusted;          // listener, header (not believed from an untrusted client)
   metrics::CounterTable tls_handshakes;     // listener, result
   metrics::CounterTable proxy_headers;      // listener, result
+  metrics::CounterTable http2_connections;  // listener (HTTP/2 downstream connections)
+  metrics::CounterTable http2_limits;       // listener, limit
   metrics::CounterTable upstream_requests;  // (cluster, endpoint), code class
   metrics::CounterTable upstream_errors;    // (cluster, endpoint), kind
   metrics::CounterTable upstream_connects;  // cluster
@@ -62,6 +66,9 @@ struct RequestMetrics {
   std::size_t endpoint(std::size_t cluster, std::size_t ep) const noexcept { return endpoint_base[cluster] + ep; }
   void refuse(std::size_t shard, std::size_t listener, RefuseCause c) noexcept {
     refused.inc(shard, refused.index({listener, static_cast<std::size_t>(c)}));
+  }
+  void h2_limit(std::size_t shard, std::size_t listener, H2Limit l) noexcept {
+    http2_limits.inc(shard, http2_limits.index({listener, static_cast<std::size_t>(l)}));
   }
   void upstream_error(std::size_t shard, std::size_t cluster, std::size_t ep, UpstreamError k) noexcept {
     upstream_errors.inc(shard, upstream_errors.index({endpoint(cluster, ep), static_cast<std::size_t>(k)}));

@@ -45,6 +45,13 @@ class Stream {
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
+  /// Hands the connection on (an HTTP/1.1 connection that turned out to be
+  /// HTTP/2); the TLS session stays bound to the same descriptor.
+  Stream(Stream&& o) noexcept
+      : sock_(std::move(o.sock_)),
+        ssl_(std::exchange(o.ssl_, nullptr)),
+        want_write_(o.want_write_),
+        closed_(std::exchange(o.closed_, true)) {}
 
   Socket& socket() noexcept { return sock_; }
   const Socket& socket() const noexcept { return sock_; }

@@ -215,7 +215,7 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
   Errors err{source, errors};
   const std::size_t before = errors.size();
   std::shared_ptr<ServerTls> t(new ServerTls(c));
-  static const std::string kWire = alpn_wire({"http/1.1"});
+  t->alpn_wire_ = alpn_wire(c.alpn);
   for (std::size_t i = 0; i < c.certificates.size(); ++i) {
     const auto& cc = c.certificates[i];
     SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
@@ -248,7 +248,7 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
       SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     }
     SSL_CTX_set_timeout(ctx, static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(c.session_timeout).count()));
-    SSL_CTX_set_alpn_select_cb(ctx, on_alpn, const_cast<std::string*>(&kWire));
+    SSL_CTX_set_alpn_select_cb(ctx, on_alpn, &t->alpn_wire_);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
 
     if (err.readable(cc.cert_place, cc.cert_file, "certificate") &&

@@ -69,6 +69,7 @@ class ServerTls {
     std::string ocsp;                ///< a DER OCSP response to staple, or empty
   };
   config::ServerTlsConfig cfg_;
+  std::string alpn_wire_;    ///< the protocols offered, in ALPN's wire format
   std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys
   const std::atomic<double>* load_ = nullptr;
   std::shared_ptr<TicketKeys> keys_;

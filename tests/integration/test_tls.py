@@ -728,7 +728,7 @@ class TlsConfigErrors(unittest.TestCase):
         self.assertIn("must be 1.2 or 1.3", r.stderr)
         r = self.start({"certificate": self.cert, "key": self.key, "alpn": ["h2"]})
         self.assertEqual(r.returncode, 2)
-        self.assertIn("h2 is not supported yet", r.stderr)
+        self.assertIn("h2 needs http2.enabled: true", r.stderr)
 
 
 if __name__ == "__main__":

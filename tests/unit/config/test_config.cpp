@@ -303,3 +303,36 @@ quota_sync:
   // Lines and columns point at the offending key.
   CHECK(e2.find("t.yaml:13:11: quota_sync.bucket") != std::string::npos);
 }
+
+TEST_CASE("http2 is off by default, its keys are read and checked, and h2 joins ALPN", "[config]") {
+  auto min = load_string(kMinimal, "t.yaml");
+  REQUIRE(min.ok());
+  CHECK_FALSE(min.config->listeners[0].http2.enabled);
+  CHECK(min.config->listeners[0].tls.alpn == std::vector<std::string>{"http/1.1"});
+  auto r = load_string(R"(
+listeners:
+  - port: 8080
+    http2: {enabled: true, max_concurrent_streams: 7, initial_window: 2048, max_queued_streams: 3,
+            max_resets_per_second: 9, max_control_per_second: 11}
+    routes: [{cluster: app}]
+clusters: [{name: app, endpoints: ["127.0.0.1:9000"]}]
+)", "t.yaml");
+  REQUIRE(r.ok());
+  const auto& h = r.config->listeners[0].http2;
+  CHECK(h.enabled);
+  CHECK(h.max_concurrent_streams == 7);
+  CHECK(h.initial_window == 2048);
+  CHECK(h.max_queued_streams == 3);
+  CHECK(h.max_resets_per_second == 9);
+  CHECK(h.max_control_per_second == 11);
+  CHECK(r.config->listeners[0].tls.alpn == std::vector<std::string>{"h2", "http/1.1"});
+  auto out = errors_of(R"(listeners:
+  - port: 8080
+    http2: {enabled: true, max_concurrent_streams: 0, initial_window: 10, stream: 1}
+    routes: [{cluster: app}]
+clusters: [{name: app, endpoints: ["127.0.0.1:9000"]}]
+)");
+  CHECK(out.find("t.yaml:3:52: listeners[0].http2.max_concurrent_streams: must be 1..10000") != std::string::npos);
+  CHECK(out.find("t.yaml:3:71: listeners[0].http2.initial_window: must be 1024..2147483647") != std::string::npos);
+  CHECK(out.find("listeners[0].http2.stream: unknown key") != std::string::npos);
+}

@@ -1,0 +1,153 @@
+#include "http/h2_reply.hpp"
+
+#include "core/text.hpp"
+
+namespace levee::http {
+
+Preface detect_preface(std::string_view first) noexcept {
+  const std::size_t n = std::min(first.size(), kH2Preface.size());
+  if (first.substr(0, n) != kH2Preface.substr(0, n)) return Preface::No;
+  return n == kH2Preface.size() ? Preface::Yes : Preface::NeedMore;
+}
+
+GrpcStatus grpc_status_of_http(int status) noexcept {
+  // gRPC's doc/http-grpc-status-mapping.md.
+  switch (status) {
+    case 200: return GrpcStatus::Ok;
+    case 400: return GrpcStatus::Internal;
+    case 401: return GrpcStatus::Unauthenticated;
+    case 403: return GrpcStatus::PermissionDenied;
+    case 404: return GrpcStatus::Unimplemented;
+    case 429:
+    case 502:
+    case 503:
+    case 504: return GrpcStatus::Unavailable;
+    default: return GrpcStatus::Unknown;
+  }
+}
+
+GrpcStatus grpc_status(const LocalReply& r) noexcept {
+  using core::Reason;
+  switch (r.reason) {
+    case Reason::None: return grpc_status_of_http(r.status);
+    case Reason::TenantQuota: return GrpcStatus::ResourceExhausted;
+    case Reason::ExecutorOverload:
+    case Reason::HostCpu:
+    case Reason::Throttle:
+    case Reason::QueueFull:
+    case Reason::QueueWait:
+    case Reason::QueueTimeout:
+    case Reason::RetryStorm:
+    case Reason::Fuse:
+    case Reason::ConnectionLimit: return GrpcStatus::Unavailable;
+    case Reason::Deadline:
+    case Reason::RequestTimeout: return GrpcStatus::DeadlineExceeded;
+    case Reason::BadRequest:
+    case Reason::BadCriticality:
+    case Reason::UriTooLong: return GrpcStatus::InvalidArgument;
+    case Reason::HeaderTooLarge: return GrpcStatus::ResourceExhausted;
+    case Reason::NotImplemented:
+    case Reason::NoRoute: return GrpcStatus::Unimplemented;
+    case Reason::NoEndpoint:
+    case Reason::UpstreamConnect:
+    case Reason::UpstreamReset:
+    case Reason::UpstreamTimeout: return GrpcStatus::Unavailable;
+    case Reason::ClientGone: return GrpcStatus::Cancelled;
+    case Reason::Count_: break;
+  }
+  return GrpcStatus::Unknown;
+}
+
+bool is_grpc(std::string_view ct) noexcept {
+  constexpr std::string_view g = "application/grpc";
+  if (ct.size() < g.size() || !core::iequals(ct.substr(0, g.size()), g)) return false;
+  return ct.size() == g.size() || ct[g.size()] == '+' || ct[g.size()] == ';';
+}
+
+std::string grpc_percent_encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u > 0x7e || c == '%') {
+      out.push_back('%');
+      out.push_back(hex[u >> 4]);
+      out.push_back(hex[u & 0xf]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+/// The text a local reply without a body of its own carries: the reason
+/// ("overloaded: <reason>" for a shed), and the detail of an error.
+std::string reply_text(const LocalReply& r) {
+  if (!r.body.empty() || r.reason == core::Reason::None) return std::string(r.body);
+  const auto& ri = core::info(r.reason);
+  const bool shed = ri.kind == core::ReasonKind::Shed;
+  std::string s = shed ? "overloaded: " : "";
+  s.append(ri.name);
+  if (!shed && !r.detail.empty()) s.append(": ").append(r.detail);
+  return s;
+}
+
+void add(std::vector<H2Field>& f, std::string_view name, std::string_view value) {
+  H2Field x{std::string(name), std::string(value)};
+  for (auto& c : x.name) c = core::ascii_lower(c);
+  f.push_back(std::move(x));
+}
+
+/// The extra header lines of a reply ("Name: value\r\n" each).
+void add_extra(std::vector<H2Field>& f, std::string_view extra) {
+  while (!extra.empty()) {
+    const auto eol = extra.find("\r\n");
+    const auto line = extra.substr(0, eol);
+    extra = eol == std::string_view::npos ? std::string_view{} : extra.substr(eol + 2);
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos || colon == 0) continue;
+    const auto name = line.substr(0, colon);
+    if (core::iequals(name, "connection") || core::iequals(name, "keep-alive") ||
+        core::iequals(name, "transfer-encoding") || core::iequals(name, "content-length"))
+      continue;
+    add(f, name, core::trim(line.substr(colon + 1)));
+  }
+}
+
+}  // namespace
+
+void h2_local_reply(const LocalReply& r, bool grpc, std::string_view request_id_name, std::string_view request_id,
+                    std::vector<H2Field>& f, std::string& body) {
+  f.clear();
+  body.clear();
+  const auto& ri = core::info(r.reason);
+  const bool shed = ri.kind == core::ReasonKind::Shed;
+  if (grpc) {
+    // Trailers-Only (gRPC's PROTOCOL-HTTP2.md): the status travels in the
+    // one HEADERS frame that ends the stream.
+    add(f, ":status", "200");
+    add(f, "content-type", "application/grpc");
+    add(f, "grpc-status", std::to_string(static_cast<int>(grpc_status(r))));
+    add(f, "grpc-message", grpc_percent_encode(reply_text(r)));
+    // Pushback: how long to wait before retrying; negative: do not retry.
+    if (r.no_retry) add(f, "grpc-retry-pushback-ms", "-1");
+    else if (r.retry_after > 0) add(f, "grpc-retry-pushback-ms", std::to_string(std::uint64_t{r.retry_after} * 1000));
+  } else {
+    add(f, ":status", std::to_string(r.status));
+    add(f, "content-type", r.content_type);
+    if (r.retry_after > 0) add(f, "retry-after", std::to_string(r.retry_after));
+    body = reply_text(r);
+    if (r.body.empty() && r.reason != core::Reason::None) body.push_back('\n');
+    add(f, "content-length", std::to_string(body.size()));
+  }
+  if (r.reason != core::Reason::None) add(f, shed ? "x-levee-reject" : "x-levee-error", ri.name);
+  if (r.no_retry) add(f, "x-levee-no-retry", "1");
+  add_extra(f, r.extra);
+  if (!request_id.empty()) add(f, request_id_name, request_id);
+  if (r.head) body.clear();
+}
+
+}  // namespace levee::http

@@ -1,0 +1,370 @@
+#include "proxy/http2_stream.hpp"
+
+#include <arpa/inet.h>
+#include <nghttp2/nghttp2.h>
+#include <sys/socket.h>
+
+#include <charconv>
+#include <cstring>
+
+#include "core/text.hpp"
+#include "http/framing.hpp"
+#include "http/rewrite.hpp"
+#include "proxy/clock.hpp"
+#include "proxy/exchange.hpp"
+#include "proxy/http2_connection.hpp"
+#include "proxy/listener.hpp"
+#include "proxy/runtime.hpp"
+
+namespace levee::proxy {
+
+using core::iequals;
+
+H2Stream::H2Stream(Http2Connection& c, std::int32_t id, std::unique_ptr<ExchangeBuffers> b)
+    : c_(c), id_(id), b_(std::move(b)), ev_(c.w_.ctx.get_executor()), start_(now()) {}
+
+H2Stream::~H2Stream() {
+  queued(false);
+  c_.w_.put_buffers(std::move(b_));
+}
+
+const Peer& H2Stream::peer() const noexcept { return c_.peer_; }
+
+// --- the request, as nghttp2 decodes it ------------------------------------------
+
+bool H2Stream::on_header(std::string_view name, std::string_view value) {
+  // The decoded size as SETTINGS_MAX_HEADER_LIST_SIZE counts it. Past the
+  // limit nothing more is kept (the request gets 431); far past it the
+  // stream is reset at once.
+  header_bytes_ += name.size() + value.size() + 32;
+  if (header_bytes_ > 4ull * c_.max_header_bytes_) return false;
+  if (header_bytes_ > c_.max_header_bytes_) {
+    too_large_ = true;
+    return true;
+  }
+  auto& h = b_->req_head;
+  auto& info = b_->req;
+  if (!name.empty() && name[0] == ':') {
+    if (name == ":method") {
+      info.method_str = h.store(value);
+      info.method = boost::beast::http::string_to_verb(value);
+    } else if (name == ":path") {
+      info.target = h.store(value);
+    } else if (name == ":authority") {
+      if (!http::valid_authority(value)) bad_ = true;
+      info.authority = h.store(value);
+    }
+    return true;  // :scheme, :protocol: not needed
+  }
+  // HTTP/2 has no 100-continue of its own here, and te is hop-by-hop.
+  if (name == "expect" || name == "te") return true;
+  if (name == "cookie") {
+    // Split into crumbs for HPACK; one field again for HTTP/1.1 (RFC 9113 8.2.3).
+    if (!cookie_.empty()) cookie_.append("; ");
+    cookie_.append(value);
+    return true;
+  }
+  const auto id = boost::beast::http::string_to_field(name);
+  const int at = static_cast<int>(h.fields().size());
+  if (!h.add(id, name, value)) {
+    too_many_ = true;
+    return true;
+  }
+  switch (id) {
+    case http::FieldId::host:
+      if (info.host >= 0 || !http::valid_authority(core::trim(value))) bad_ = true;
+      info.host = at;
+      return true;
+    case http::FieldId::via: info.via = at; return true;
+    case http::FieldId::content_type: grpc_ = http::is_grpc(value); return true;
+    case http::FieldId::content_length: {
+      std::uint64_t n = 0;
+      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc{} || p != value.data() + value.size()) bad_ = true;
+      else length_ = n;
+      return true;
+    }
+    default: break;
+  }
+  if (iequals(name, "x-forwarded-for")) info.xff = at;
+  else if (iequals(name, c_.w_.rt->rewrite_names.request_id)) info.request_id = at;
+  return true;
+}
+
+void H2Stream::on_headers_done(bool end_stream) {
+  if (!cookie_.empty() && !too_large_ && !b_->req_head.add(http::FieldId::cookie, "cookie", cookie_)) too_many_ = true;
+  cookie_.clear();
+  b_->req.version = 20;
+  has_body_ = !end_stream;
+  end_in_ = end_stream;
+  if (!has_body_) length_.reset();
+}
+
+void H2Stream::on_data(const char* data, std::size_t n) {
+  // Bounded by the stream's window: the client may send no more than was
+  // given back, which is what the exchange took.
+  if (in_off_ == in_.size()) {
+    in_.clear();
+    in_off_ = 0;
+  }
+  in_.append(data, n);
+  rx_ += n;
+  notify();
+}
+
+void H2Stream::on_end_stream() {
+  end_in_ = true;
+  notify();
+}
+
+void H2Stream::on_close(std::uint32_t) {
+  if (closed_) return;
+  closed_ = true;
+  if (!response_done_ && watcher_) {
+    // Reset before its answer while the exchange is not reading (queued):
+    // it leaves the queue now, and nothing goes upstream.
+    std::exchange(watcher_, nullptr)->on_client_gone();
+  }
+  if (waiting_) aborted_ = true;
+  notify();
+}
+
+// --- the request body ------------------------------------------------------------
+
+awaitable<void> H2Stream::wait() {
+  ev_.expires_at(Timer::time_point::max());
+  waiting_ = true;
+  aborted_ = false;
+  co_await ev_.async_wait(nothrow);
+  waiting_ = false;
+}
+
+void H2Stream::cancel_io() noexcept {
+  if (!waiting_) return;
+  aborted_ = true;
+  notify();
+}
+
+awaitable<BodyRead> H2Stream::read_body() {
+  auto& sink = b_->req_body;
+  for (;;) {
+    if (in_off_ < in_.size()) {
+      const std::size_t n = sink.put(std::string_view(in_).substr(in_off_));
+      in_off_ += n;
+      if (n > 0 && !closed_ && !c_.closed_) {
+        // Taken: the client may send as much again.
+        nghttp2_session_consume_stream(c_.s_, id_, n);
+        c_.kick();
+      }
+      if (n > 0 || sink.full()) co_return BodyRead::Data;
+    }
+    if (body_done() || sink.full()) co_return BodyRead::Data;
+    if (closed_) co_return BodyRead::Gone;
+    co_await wait();
+    if (aborted_) co_return b_->watchdog.expired() ? BodyRead::Timeout : BodyRead::Gone;
+  }
+}
+
+// --- the answer ------------------------------------------------------------------
+
+long H2Stream::read_answer(std::uint8_t* buf, std::size_t length, std::uint32_t* flags) {
+  const std::size_t n = std::min(length, piece_.size() - piece_off_);
+  if (n > 0) std::memcpy(buf, piece_.data() + piece_off_, n);
+  piece_off_ += n;
+  tx_ += n;
+  if (piece_off_ == piece_.size()) {
+    if (piece_last_) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+      response_done_ = true;
+    }
+    if (!piece_written_) c_.copied_.push_back(id_);  // done once this write is in the socket
+    if (n == 0 && !piece_last_) return NGHTTP2_ERR_DEFERRED;
+  }
+  return static_cast<long>(n);
+}
+
+void H2Stream::on_piece_written() {
+  if (piece_off_ != piece_.size()) return;
+  piece_written_ = true;
+  notify();
+}
+
+awaitable<bool> H2Stream::send_piece() {
+  const core::Duration gap = c_.body_timeout_;
+  for (;;) {
+    if (piece_written_) co_return true;
+    if (closed_ || c_.closed_) co_return false;
+    b_->watchdog.arm_at_most(now() + gap, Watchdog::Phase::Write, *this);
+    co_await wait();
+    if (aborted_ && !piece_written_) co_return false;
+  }
+}
+
+awaitable<bool> H2Stream::submit(const std::vector<http::H2Field>& fields, bool with_body) {
+  if (closed_ || c_.closed_) co_return false;
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(fields.size());
+  for (const auto& f : fields)
+    nv.push_back(nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.name.data())),
+                            reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.value.data())), f.name.size(),
+                            f.value.size(), NGHTTP2_NV_FLAG_NONE});
+  response_started_ = true;
+  nghttp2_data_provider prd{};
+  prd.source.ptr = this;
+  prd.read_callback = [](nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
+                         std::uint32_t* flags, nghttp2_data_source* src, void*) -> ssize_t {
+    return static_cast<H2Stream*>(src->ptr)->read_answer(buf, length, flags);
+  };
+  if (!with_body) response_done_ = true;
+  const int rv = nghttp2_submit_response(c_.s_, id_, nv.data(), nv.size(), with_body ? &prd : nullptr);
+  c_.kick();
+  if (rv != 0) co_return false;
+  if (!with_body) co_return true;
+  co_return co_await send_piece();
+}
+
+awaitable<bool> H2Stream::send_response(const ResponseStart& r, std::string_view first, bool last) {
+  const auto& names = c_.w_.rt->rewrite_names;
+  const auto& fields = r.head.fields();
+  fields_.clear();
+  auto add = [this](std::string_view n, std::string_view v) {
+    http::H2Field f{std::string(n), std::string(v)};
+    for (auto& ch : f.name) ch = core::ascii_lower(ch);
+    fields_.push_back(std::move(f));
+  };
+  add(":status", std::to_string(r.info.status));
+  const bool return_id = c_.w_.rt->cfg->headers.return_request_id && !b_->request_id_out.empty();
+  for (const auto& f : fields) {
+    // Connection-specific fields never go out on HTTP/2 (RFC 9113 8.2.2).
+    if (f.id == http::FieldId::content_length) {
+      if (r.no_body) add(f.name, f.value);  // HEAD and 304 describe the real body
+      continue;
+    }
+    if (http::is_hop_by_hop(f) || http::named_in_connection(fields, f.name)) continue;
+    if (return_id && iequals(f.name, names.request_id)) continue;
+    add(f.name, f.value);
+  }
+  if (!r.no_body && r.length) add("content-length", std::to_string(*r.length));
+  if (return_id) add(names.request_id, b_->request_id_out);
+  if (r.no_retry) add(names.no_retry, "1");
+  piece_ = first;
+  piece_off_ = 0;
+  piece_last_ = last;
+  piece_written_ = false;
+  co_return co_await submit(fields_, !r.no_body);
+}
+
+awaitable<bool> H2Stream::send_body(std::string_view piece, bool last) {
+  if (closed_ || c_.closed_) co_return false;
+  if (piece.empty() && !last) co_return true;
+  piece_ = piece;
+  piece_off_ = 0;
+  piece_last_ = last;
+  piece_written_ = false;
+  nghttp2_session_resume_data(c_.s_, id_);
+  c_.kick();
+  co_return co_await send_piece();
+}
+
+awaitable<bool> H2Stream::send_local(http::LocalReply& r) {
+  r.head = b_->req.method == http::Verb::head;
+  const auto& rt = *c_.w_.rt;
+  const std::string_view id = rt.cfg->headers.return_request_id ? b_->request_id_out : std::string_view{};
+  http::h2_local_reply(r, grpc_, rt.rewrite_names.request_id, id, fields_, local_body_);
+  piece_ = local_body_;
+  piece_off_ = 0;
+  piece_last_ = true;
+  piece_written_ = false;
+  co_return co_await submit(fields_, !local_body_.empty());
+}
+
+// --- the client's presence ------------------------------------------------------
+
+void H2Stream::queued(bool q) noexcept {
+  if (q == queued_) return;
+  queued_ = q;
+  if (q) ++c_.queued_;
+  else --c_.queued_;
+}
+
+void H2Stream::watch(ClientWatch& w) {
+  watcher_ = &w;
+  if (!closed_) return;
+  // Reset already: tell the watcher once its wait has begun (this stream
+  // lives while its exchange runs; the lookup finds it only then).
+  asio::post(c_.w_.ctx, [&w, keep = c_.shared_from_this(), id = id_] {
+    auto it = keep->streams_.find(id);
+    if (it == keep->streams_.end() || it->second->watcher_ != &w) return;
+    it->second->unwatch();
+    w.on_client_gone();
+  });
+}
+
+void H2Stream::unwatch() noexcept { watcher_ = nullptr; }
+
+// --- the exchange -------------------------------------------------------------------
+
+void H2Stream::format_client() {
+  auto& b = *b_;
+  char ip[INET6_ADDRSTRLEN] = {};
+  const auto& a = c_.peer_.address;
+  const bool v4 = a[10] == 0xff && a[11] == 0xff &&
+                  std::all_of(a.begin(), a.begin() + 10, [](std::uint8_t x) { return x == 0; });
+  if (v4) ::inet_ntop(AF_INET, a.data() + 12, ip, sizeof ip);
+  else ::inet_ntop(AF_INET6, a.data(), ip, sizeof ip);
+  const std::size_t iplen = std::strlen(ip);
+  std::size_t n = 0;
+  if (!v4) b.client[n++] = '[';
+  std::memcpy(b.client + n, ip, iplen);
+  b.ip_off = v4 ? 0 : 1;
+  b.ip_len = iplen;
+  n += iplen;
+  if (!v4) b.client[n++] = ']';
+  b.client[n++] = ':';
+  auto [p, ec] = std::to_chars(b.client + n, b.client + sizeof b.client, c_.peer_.port);
+  (void)ec;
+  b.client_len = static_cast<std::size_t>(p - b.client);
+}
+
+awaitable<void> H2Stream::run(std::shared_ptr<Http2Connection> keep) {
+  (void)keep;  // the connection outlives this exchange
+  {
+    const Worker::Pin hold(c_.w_);
+    Listener* l = c_.w_.listener_in_slot(c_.slot_);
+    if (l) {
+      format_client();
+      auto& info = b_->req;
+      Exchange ex(c_.w_, *l, *this, *b_, start_);
+      if (too_large_ || too_many_) {
+        if (too_large_) c_.count(H2Limit::HeaderList);
+        co_await ex.refuse(core::Reason::HeaderTooLarge);
+      } else if (bad_ || info.method_str.empty() || info.target.empty() ||
+                 (info.authority.empty() && info.host < 0)) {
+        co_await ex.refuse(core::Reason::BadRequest);
+      } else if (info.method == http::Verb::connect) {
+        co_await ex.refuse(core::Reason::NotImplemented, "CONNECT is not supported");
+      } else {
+        co_await ex.run();
+      }
+    }
+  }
+  exchange_done = true;
+  if (watcher_) unwatch();
+  if (!closed_ && !c_.closed_) {
+    if (!response_done_) {
+      // No whole answer (the client left, an upstream broke mid-body): reset.
+      nghttp2_submit_rst_stream(c_.s_, NGHTTP2_FLAG_NONE, id_,
+                                response_started_ ? NGHTTP2_INTERNAL_ERROR : NGHTTP2_CANCEL);
+    } else if (in_off_ < in_.size()) {
+      // Answered before the body was read: give its window back.
+      nghttp2_session_consume_stream(c_.s_, id_, in_.size() - in_off_);
+    }
+    in_.clear();
+    in_off_ = 0;
+    c_.kick();
+    co_return;  // the session closes it (stream_close erases it)
+  }
+  c_.stream_ended(id_);  // destroys this
+}
+
+}  // namespace levee::proxy

@@ -1,0 +1,113 @@
+// One request stream of an HTTP/2 connection: the Downstream its Exchange
+// reads the request from and answers through. Its head is filled from the
+// header block as nghttp2 decodes it; its body arrives in DATA frames and
+// waits here (bounded by the stream's window) until the exchange takes it;
+// its answer is fed to nghttp2's data provider one piece at a time, each
+// send completing once the piece has been handed to the socket.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "http/h2_reply.hpp"
+#include "proxy/downstream.hpp"
+#include "proxy/exchange_buffers.hpp"
+#include "proxy/watchdog.hpp"
+
+namespace levee::proxy {
+
+class Http2Connection;
+
+class H2Stream final : public Downstream, public Watchdog::Target {
+ public:
+  H2Stream(Http2Connection& c, std::int32_t id, std::unique_ptr<ExchangeBuffers> b);
+  ~H2Stream();
+
+  // Decoding the request (from the session's callbacks).
+  /// One header field; false: reset the stream (far past the size limit).
+  bool on_header(std::string_view name, std::string_view value);
+  void on_headers_done(bool end_stream);
+  void on_data(const char* data, std::size_t n);
+  void on_end_stream();
+  /// The session closed the stream (answered, or reset by either side).
+  void on_close(std::uint32_t error_code);
+  /// nghttp2's data provider: copies what is pending of the answer.
+  long read_answer(std::uint8_t* buf, std::size_t length, std::uint32_t* flags);
+  /// The piece handed to nghttp2 is now in the socket.
+  void on_piece_written();
+
+  awaitable<void> run(std::shared_ptr<Http2Connection> keep);
+
+  // Downstream
+  const Peer& peer() const noexcept override;
+  bool has_body() const noexcept override { return has_body_; }
+  std::optional<std::uint64_t> body_length() const noexcept override { return length_; }
+  bool body_done() const noexcept override { return end_in_ && in_off_ == in_.size(); }
+  awaitable<BodyRead> read_body() override;
+  awaitable<bool> send_continue() override { co_return !closed_; }
+  awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) override;
+  awaitable<bool> send_body(std::string_view piece, bool last) override;
+  awaitable<bool> send_local(http::LocalReply& r) override;
+  void watch(ClientWatch& w) override;
+  void unwatch() noexcept override;
+  void queued(bool q) noexcept override;
+  void cancel_io() noexcept override;
+  std::pair<std::uint64_t, std::uint64_t> take_bytes() noexcept override {
+    return {std::exchange(rx_, 0), std::exchange(tx_, 0)};
+  }
+  void on_deadline(Watchdog::Phase) noexcept override { cancel_io(); }
+
+  bool started = false;          ///< its exchange runs (or ran)
+  bool exchange_done = false;
+  bool closed() const noexcept { return closed_; }
+  bool answered() const noexcept { return response_done_; }
+
+ private:
+  /// Waits for a notify() (data, a written piece, the stream's end, a cancel).
+  awaitable<void> wait();
+  void notify() noexcept { ev_.cancel(); }
+  /// Hands `piece` to the provider and waits until it is in the socket.
+  awaitable<bool> send_piece();
+  awaitable<bool> submit(const std::vector<http::H2Field>& fields, bool with_body);
+  void format_client();
+
+  Http2Connection& c_;
+  const std::int32_t id_;
+  std::unique_ptr<ExchangeBuffers> b_;
+  Timer ev_;
+  core::TimePoint start_{};
+  ClientWatch* watcher_ = nullptr;
+  bool queued_ = false;  ///< its exchange waits in admission (counted in the connection's queued_)
+  // The request.
+  std::size_t header_bytes_ = 0;
+  bool too_large_ = false;
+  bool too_many_ = false;
+  bool bad_ = false;
+  bool grpc_ = false;
+  bool has_body_ = false;
+  bool end_in_ = false;
+  std::optional<std::uint64_t> length_;
+  std::string cookie_;    ///< the cookie crumbs, joined
+  std::string in_;        ///< received body the exchange has not taken
+  std::size_t in_off_ = 0;
+  // The answer.
+  std::string_view piece_;
+  std::size_t piece_off_ = 0;
+  bool piece_last_ = false;
+  bool piece_written_ = false;
+  bool response_started_ = false;
+  bool response_done_ = false;
+  std::string local_body_;
+  std::vector<http::H2Field> fields_;
+  // State.
+  bool closed_ = false;
+  bool waiting_ = false;
+  bool aborted_ = false;
+  std::uint64_t rx_ = 0;
+  std::uint64_t tx_ = 0;
+};
+
+}  // namespace levee::proxy

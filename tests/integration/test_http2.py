@@ -1,0 +1,429 @@
+"""HTTP/2 towards clients (issue 17, docs/http2.md) with real clients: curl
+(prior knowledge and ALPN over TLS), h2load, a raw python3-h2 client for
+resets and floods, and python3-grpcio for gRPC answers."""
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import Backend, Levee, cluster, sha256_hex, tool, wait_until
+
+try:
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.settings
+except ImportError:  # scripts/deps.sh --test installs python3-h2
+    h2 = None
+try:
+    import grpc
+except ImportError:  # python3-grpcio
+    grpc = None
+
+H2 = {"http2": {"enabled": True}}
+
+
+def static(limit, target="50ms"):
+    return {"concurrency": {"limit": limit}, "queue": {"target": target}}
+
+
+def curl(*args):
+    r = subprocess.run([tool("curl"), "-sS", "--max-time", "20"] + list(args), capture_output=True, timeout=30)
+    return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+
+def missing(package):
+    """A Python module the tests need is absent: a failure where the README
+    test command installed everything (LEVEE_REQUIRE_TOOLS=1), else a skip."""
+    msg = f"{package} is not installed (scripts/deps.sh --test installs it)"
+    if os.environ.get("LEVEE_REQUIRE_TOOLS") == "1":
+        raise AssertionError(msg)
+    raise unittest.SkipTest(msg)
+
+
+class H2Client:
+    """A raw HTTP/2 client over one socket (python3-h2)."""
+
+    def __init__(self, port):
+        if h2 is None:
+            missing("python3-h2")
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.conn.initiate_connection()
+        self.flush()
+        self.events = []
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def request(self, path, headers=(), end=True):
+        sid = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "http"),
+                                     (":authority", "test")] + list(headers), end_stream=end)
+        self.flush()
+        return sid
+
+    def pump(self, until, timeout=10):
+        """Reads frames until until(events) is true; returns the events."""
+        deadline = time.monotonic() + timeout
+        while not until(self.events):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; events: {self.events}")
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.events.append("closed")
+                break
+            self.events += self.conn.receive_data(data)
+            self.flush()
+        return self.events
+
+    def response(self, sid, timeout=10):
+        """(headers, trailers) of stream sid once it ended."""
+        self.pump(lambda ev: any(isinstance(e, h2.events.StreamEnded) and e.stream_id == sid for e in ev)
+                  or "closed" in ev, timeout)
+        blocks = [dict(e.headers) for e in self.events
+                  if isinstance(e, (h2.events.ResponseReceived, h2.events.TrailersReceived)) and e.stream_id == sid]
+        return blocks
+
+    def close(self):
+        self.sock.close()
+
+
+class Http2(unittest.TestCase):
+    def setUp(self):
+        self.be = Backend(self)
+
+    def test_prior_knowledge_and_http11_on_the_same_listener(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        rc, out, err = curl("--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+                            "-H", "x-test-id: h2c", f"http://127.0.0.1:{lv.port}/")
+        self.assertEqual((rc, out), (0, "2 200"), err)
+        self.assertTrue(self.be.seen("h2c"))
+        # HTTP/1.1 still served on the same listener.
+        self.assertEqual(lv.request("GET", "/")[0], 200)
+        self.assertGreaterEqual(lv.metric("levee_http2_connections_total"), 1)
+
+    def test_disabled_by_default_the_preface_is_not_http2(self):
+        lv = Levee(self, [cluster("app", [self.be.address])])
+        rc, out, _ = curl("--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+                          f"http://127.0.0.1:{lv.port}/")
+        self.assertNotEqual(out, "2 200")
+        self.assertEqual(lv.metric("levee_http2_connections_total"), 0)
+
+    def test_alpn_h2_over_tls(self):
+        from test_tls import Pki
+        pki = Pki(self)
+        cert, key = pki.issue("www", "www.test", dns=["www.test"])
+        lv = Levee(self, [cluster("app", [self.be.address])],
+                   listener={"tls": {"certificate": cert, "key": key}, **H2})
+        url = f"https://www.test:{lv.port}/"
+        resolve = f"www.test:{lv.port}:127.0.0.1"
+        rc, out, err = curl("--http2", "--cacert", pki.ca, "--resolve", resolve, "-o", "/dev/null",
+                            "-w", "%{http_version} %{http_code}", url)
+        self.assertEqual((rc, out), (0, "2 200"), err)
+        # A client that offers only http/1.1 still gets it.
+        rc, out, err = curl("--http1.1", "--cacert", pki.ca, "--resolve", resolve, "-o", "/dev/null",
+                            "-w", "%{http_version} %{http_code}", url)
+        self.assertEqual((rc, out), (0, "1.1 200"), err)
+
+    def test_many_streams_on_few_connections(self):
+        # Admission off: this is about multiplexing, not shedding.
+        lv = Levee(self, [cluster("app", [self.be.address], concurrency={"enabled": False})], listener=H2)
+        before = self.be.stats()["work_requests"]
+        r = subprocess.run([tool("h2load"), "-n", "4000", "-c", "4", "-m", "50", f"http://127.0.0.1:{lv.port}/"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("4000 succeeded, 0 failed, 0 errored", r.stdout)
+        self.assertIn("status codes: 4000 2xx", r.stdout)
+        self.assertEqual(self.be.stats()["work_requests"] - before, 4000)
+
+    def test_request_body_arrives_intact(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        # Larger than the stream window (64 KiB) and the exchange's buffer:
+        # it moves only as the exchange forwards it.
+        body = os.urandom(700 * 1024 + 13)
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(body)
+            f.flush()
+            rc, out, err = curl("--http2-prior-knowledge", "--data-binary", "@" + f.name,
+                                f"http://127.0.0.1:{lv.port}/sha256")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.split(), [sha256_hex(body), str(len(body))])
+
+    def test_head_sent_upstream_and_a_large_response(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+        sid = c.request("/headers", [("cookie", "a=1"), ("cookie", "b=2"), ("x-one", "1")])
+        blocks = c.response(sid)
+        self.assertEqual(blocks[0][":status"], "200")
+        body = b"".join(e.data for e in c.events if isinstance(e, h2.events.DataReceived) and e.stream_id == sid)
+        head = body.decode().lower()
+        # :authority became Host, the cookie crumbs one field (RFC 9113 8.2.3).
+        self.assertIn("\nhost: test\n", head)
+        self.assertIn("\ncookie: a=1; b=2\n", head)
+        self.assertIn("\nx-one: 1\n", head)
+        self.assertIn("\nvia: 2 levee\n", head)
+        self.assertNotIn("te:", head)
+        c.close()
+        # A response far larger than the client's window moves as it reads.
+        from harness import download_bytes
+        for chunked in ("0", "1"):
+            r = subprocess.run([tool("curl"), "-sS", "--http2-prior-knowledge", "--max-time", "20",
+                                f"http://127.0.0.1:{lv.port}/download?size=3000000&chunked={chunked}"],
+                               capture_output=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sha256_hex(r.stdout), sha256_hex(download_bytes(3000000)))
+
+    def test_drain_sends_goaway_and_finishes_open_streams(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+        sid = c.request("/slow?ms=700")
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="in flight")
+        lv.proc.signal(signal.SIGTERM)
+        # GOAWAY first (no new streams), while the open one is still answered.
+        c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        goaway = next(e for e in c.events if isinstance(e, h2.events.ConnectionTerminated))
+        self.assertEqual(goaway.error_code, h2.errors.ErrorCodes.NO_ERROR)
+        self.assertGreaterEqual(goaway.last_stream_id, sid)  # the open stream is still served
+        self.assertFalse(any(isinstance(e, h2.events.StreamEnded) for e in c.events))
+        # (python3-h2 takes no frames after a GOAWAY: read the rest raw.)
+        c.sock.settimeout(10)
+        while c.sock.recv(65536):
+            pass
+        c.close()
+        self.assertEqual(lv.proc.wait(10), 0)
+        self.assertIn('"GET /slow?ms=700 HTTP/2.0" 200', lv.proc.output())
+
+    def test_idle_timeout_spares_busy_connections_and_closes_idle_ones(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener={"idle_timeout": "300ms", **H2})
+        c = H2Client(lv.port)
+        # A stream longer than the idle timeout is not idleness.
+        sid = c.request("/slow?ms=800")
+        self.assertEqual(c.response(sid)[0][":status"], "200")
+        self.assertFalse(any(isinstance(e, h2.events.ConnectionTerminated) for e in c.events))
+        # Idle from its end: GOAWAY, then the close.
+        t0 = time.monotonic()
+        c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+        goaway = next(e for e in c.events if isinstance(e, h2.events.ConnectionTerminated))
+        self.assertEqual(goaway.error_code, h2.errors.ErrorCodes.NO_ERROR)
+        c.sock.settimeout(5)
+        while c.sock.recv(65536):
+            pass
+        c.close()
+
+    def test_reset_stream_leaves_the_queue_and_never_goes_upstream(self):
+        be = Backend(self, workers=1, service="fixed:500ms", name="slow")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
+                   routes=[{"cluster": "app", "timeout": "10s"}], listener=H2)
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder"}))
+        holder.start()
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        c = H2Client(lv.port)
+        sid = c.request("/", [("x-test-id", "reset")])
+        wait_until(lambda: lv.metric("levee_cluster_queue_depth", cluster="app") >= 1, what="queued")
+        c.conn.reset_stream(sid)
+        c.flush()
+        wait_until(lambda: lv.metric("levee_cluster_queue_depth", cluster="app") == 0, timeout=2,
+                   what="left the queue")
+        # The connection carries on: another stream is served.
+        sid2 = c.request("/", [("x-test-id", "after")])
+        holder.join()
+        blocks = c.response(sid2)
+        self.assertEqual(blocks[0][":status"], "200")
+        c.close()
+        self.assertTrue(be.seen("holder"))
+        self.assertTrue(be.seen("after"))
+        self.assertFalse(be.seen("reset"))
+
+    def test_grpc_deadline_past_in_queue_is_deadline_exceeded(self):
+        be = Backend(self, workers=1, service="fixed:600ms", name="slow")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
+                   routes=[{"cluster": "app", "timeout": "10s"}], listener=H2)
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder"}))
+        holder.start()
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        c = H2Client(lv.port)
+        sid = c.request("/pkg.Svc/Call", [("content-type", "application/grpc"), ("te", "trailers"),
+                                          ("grpc-timeout", "150m"), ("x-test-id", "late")])
+        t0 = time.monotonic()
+        blocks = c.response(sid)
+        self.assertLess(time.monotonic() - t0, 0.5)
+        # Trailers-Only: one block with :status 200 and the gRPC status.
+        self.assertEqual(len(blocks), 1, blocks)
+        self.assertEqual(blocks[0][":status"], "200")
+        self.assertEqual(blocks[0]["content-type"], "application/grpc")
+        self.assertEqual(blocks[0]["grpc-status"], "4")
+        c.close()
+        holder.join()
+        self.assertFalse(be.seen("late"))
+
+    def test_grpc_client_sees_unavailable_with_pushback(self):
+        if grpc is None:
+            missing("python3-grpcio")
+        be = Backend(self, workers=1, service="fixed:500ms", name="slow")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="1ms"))], listener=H2)
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder"}))
+        holder.start()
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        ch = grpc.insecure_channel(f"127.0.0.1:{lv.port}")
+        call = ch.unary_unary("/pkg.Svc/Call", request_serializer=None, response_deserializer=None)
+        with self.assertRaises(grpc.RpcError) as ctx:
+            call(b"\x00", timeout=5, metadata=[("x-test-id", "shed")])
+        e = ctx.exception
+        self.assertIn(e.code(), (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED))
+        md = dict(list(e.trailing_metadata() or []) + list(e.initial_metadata() or []))
+        self.assertIn("grpc-retry-pushback-ms", md)
+        self.assertGreater(int(md["grpc-retry-pushback-ms"]), 0)
+        self.assertIn("overloaded", e.details())
+        ch.close()
+        holder.join()
+        self.assertFalse(be.seen("shed"))
+
+
+class Hostile(unittest.TestCase):
+    def setUp(self):
+        self.be = Backend(self)
+
+    def still_served(self, lv):
+        rc, out, err = curl("--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}",
+                            f"http://127.0.0.1:{lv.port}/")
+        self.assertEqual((rc, out), (0, "200"), err)
+
+    def goaway_code(self, c):
+        c.pump(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev) or "closed" in ev)
+        t = [e for e in c.events if isinstance(e, h2.events.ConnectionTerminated)]
+        return t[0].error_code if t else None
+
+    def test_rapid_reset_flood(self):
+        lv = Levee(self, [cluster("app", [self.be.address])],
+                   listener={"http2": {"enabled": True, "max_resets_per_second": 50}})
+        c = H2Client(lv.port)
+        try:
+            for _ in range(500):
+                sid = c.request("/")
+                c.conn.reset_stream(sid)
+            c.flush()
+        except OSError:
+            pass  # levee closed the connection before all were sent
+        self.assertEqual(self.goaway_code(c), h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        c.close()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="rapid_reset"), 1)
+        self.still_served(lv)
+
+    def test_settings_flood(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+        empty_settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+        try:
+            c.sock.sendall(empty_settings * 5000)
+        except OSError:
+            pass
+        self.assertEqual(self.goaway_code(c), h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        c.close()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 1)
+        self.still_served(lv)
+
+    def test_continuation_flood(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+
+        def frame(kind, flags, sid, payload):
+            return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big") + payload
+
+        # HEADERS without END_HEADERS (:method GET, :path /, :scheme http),
+        # then CONTINUATION frames that never end the block.
+        data = frame(0x1, 0x0, 1, b"\x82\x84\x86")
+        data += b"".join(frame(0x9, 0x0, 1, b"\x10\x01x\x01y") for _ in range(64))
+        try:
+            c.sock.sendall(data)
+        except OSError:
+            pass
+        self.assertEqual(self.goaway_code(c), h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        c.close()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="protocol"), 1)
+        self.still_served(lv)
+
+    def test_a_preface_that_never_ends_is_cut_off(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener={"header_timeout": "300ms", **H2})
+        s = socket.create_connection(("127.0.0.1", lv.port), timeout=5)
+        s.sendall(b"PRI * HTTP/2.0\r\n")  # and nothing more
+        t0 = time.monotonic()
+        got = b""
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            got += data
+        s.close()
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertTrue(got == b"" or got.startswith(b"HTTP/1.1 4"), got)
+        self.still_served(lv)
+
+    def test_streams_queued_per_connection_are_capped(self):
+        be = Backend(self, workers=1, service="fixed:300ms", name="slow")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
+                   routes=[{"cluster": "app", "timeout": "10s"}],
+                   listener={"http2": {"enabled": True, "max_queued_streams": 2}})
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder"}))
+        holder.start()
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        c = H2Client(lv.port)
+        queued = [c.request("/", [("x-test-id", f"q{i}")]) for i in range(2)]
+        wait_until(lambda: lv.metric("levee_cluster_queue_depth", cluster="app") >= 2, what="two queued")
+        extra = c.request("/", [("x-test-id", "q-extra")])
+        c.pump(lambda ev: any(isinstance(e, h2.events.StreamReset) and e.stream_id == extra for e in ev))
+        reset = next(e for e in c.events if isinstance(e, h2.events.StreamReset) and e.stream_id == extra)
+        self.assertEqual(reset.error_code, h2.errors.ErrorCodes.REFUSED_STREAM)
+        for sid in queued:
+            self.assertEqual(c.response(sid)[0][":status"], "200")
+        c.close()
+        holder.join()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="queued_streams"), 1)
+        self.assertTrue(be.seen("q0") and be.seen("q1"))
+        self.assertFalse(be.seen("q-extra"))
+
+    def test_window_stall_holds_only_its_own_stream(self):
+        # A client that opens no window: its answer cannot move. Its stream
+        # is reset after body_timeout; its other streams and connections
+        # are served meanwhile.
+        lv = Levee(self, [cluster("app", [self.be.address])], listener={"body_timeout": "1s", **H2})
+        c = H2Client(lv.port)
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        c.flush()
+        t0 = time.monotonic()
+        stalled = c.request("/download?size=1000000")
+        self.still_served(lv)
+        c.pump(lambda ev: any(isinstance(e, h2.events.StreamReset) and e.stream_id == stalled for e in ev), 10)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.9)
+        # The connection itself carries on: a HEAD (no body) is answered.
+        sid = c.conn.get_next_available_stream_id()
+        c.conn.send_headers(sid, [(":method", "HEAD"), (":path", "/"), (":scheme", "http"), (":authority", "t")],
+                            end_stream=True)
+        c.flush()
+        self.assertEqual(c.response(sid)[0][":status"], "200")
+        c.close()
+
+    def test_oversized_header_list_gets_431(self):
+        lv = Levee(self, [cluster("app", [self.be.address])], listener={"max_header_bytes": 4096, "max_request_line": 1024, **H2})
+        c = H2Client(lv.port)
+        sid = c.request("/", [(f"x-big-{i}", "v" * 200) for i in range(30)])
+        blocks = c.response(sid)
+        self.assertEqual(blocks[0][":status"], "431")
+        c.close()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="header_list"), 1)
+        self.still_served(lv)
+
+
+if __name__ == "__main__":
+    unittest.main()

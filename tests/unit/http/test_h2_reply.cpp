@@ -1,0 +1,115 @@
+// The pure parts of HTTP/2: the client preface, and local replies spelled
+// for HTTP/2 and for gRPC (Trailers-Only, with a status a gRPC client's
+// retry policy understands).
+#include <catch2/catch_test_macros.hpp>
+
+#include <string>
+
+#include "http/h2_reply.hpp"
+
+using namespace levee;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string field(const std::vector<http::H2Field>& f, std::string_view name) {
+  for (const auto& x : f)
+    if (x.name == name) return x.value;
+  return "<absent>";
+}
+
+}  // namespace
+
+TEST_CASE("the client preface is told from an HTTP/1.1 request, also in pieces") {
+  using http::Preface;
+  CHECK(http::detect_preface("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") == Preface::Yes);
+  CHECK(http::detect_preface(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + "\x00\x00\x12\x04") == Preface::Yes);
+  CHECK(http::detect_preface("PRI * HTTP/2") == Preface::NeedMore);
+  CHECK(http::detect_preface("P") == Preface::NeedMore);
+  CHECK(http::detect_preface("GET / HTTP/1.1\r\n") == Preface::No);
+  CHECK(http::detect_preface("PRI * HTTP/1.1\r\n") == Preface::No);
+  CHECK(http::detect_preface("POST /") == Preface::No);
+}
+
+TEST_CASE("gRPC content types") {
+  CHECK(http::is_grpc("application/grpc"));
+  CHECK(http::is_grpc("application/grpc+proto"));
+  CHECK(http::is_grpc("Application/GRPC;charset=x"));
+  CHECK_FALSE(http::is_grpc("application/grpcx"));
+  CHECK_FALSE(http::is_grpc("application/json"));
+  CHECK_FALSE(http::is_grpc(""));
+}
+
+TEST_CASE("gRPC status of each kind of local answer") {
+  using core::Reason;
+  using G = http::GrpcStatus;
+  auto of = [](Reason r) { return http::grpc_status(http::failure(r)); };
+  CHECK(of(Reason::TenantQuota) == G::ResourceExhausted);
+  CHECK(of(Reason::QueueFull) == G::Unavailable);
+  CHECK(of(Reason::QueueTimeout) == G::Unavailable);
+  CHECK(of(Reason::ExecutorOverload) == G::Unavailable);
+  CHECK(of(Reason::Throttle) == G::Unavailable);
+  CHECK(of(Reason::Deadline) == G::DeadlineExceeded);
+  CHECK(of(Reason::BadRequest) == G::InvalidArgument);
+  CHECK(of(Reason::NoRoute) == G::Unimplemented);
+  CHECK(of(Reason::UpstreamConnect) == G::Unavailable);
+  CHECK(of(Reason::UpstreamTimeout) == G::Unavailable);
+  CHECK(http::grpc_status_of_http(503) == G::Unavailable);
+  CHECK(http::grpc_status_of_http(404) == G::Unimplemented);
+  CHECK(http::grpc_status_of_http(418) == G::Unknown);
+}
+
+TEST_CASE("a shed gRPC call is answered Trailers-Only with pushback") {
+  auto r = http::rejection(core::Decision::reject(core::Reason::QueueFull, 1s), 3);
+  std::vector<http::H2Field> f;
+  std::string body;
+  http::h2_local_reply(r, true, "x-request-id", "abc", f, body);
+  REQUIRE(!f.empty());
+  CHECK(f[0].name == ":status");
+  CHECK(f[0].value == "200");
+  CHECK(field(f, "content-type") == "application/grpc");
+  CHECK(field(f, "grpc-status") == "14");
+  CHECK(field(f, "grpc-message") == "overloaded: queue_full");
+  CHECK(field(f, "grpc-retry-pushback-ms") == "3000");
+  CHECK(field(f, "x-levee-reject") == "queue_full");
+  CHECK(field(f, "x-request-id") == "abc");
+  CHECK(field(f, "content-length") == "<absent>");
+  CHECK(body.empty());
+}
+
+TEST_CASE("don't retry is a negative pushback; quota is RESOURCE_EXHAUSTED") {
+  auto r = http::rejection(core::Decision::reject(core::Reason::TenantQuota, 1s, true), 2);
+  std::vector<http::H2Field> f;
+  std::string body;
+  http::h2_local_reply(r, true, "x-request-id", "", f, body);
+  CHECK(field(f, "grpc-status") == "8");
+  CHECK(field(f, "grpc-retry-pushback-ms") == "-1");
+  CHECK(field(f, "x-levee-no-retry") == "1");
+  CHECK(field(f, "x-request-id") == "<absent>");
+}
+
+TEST_CASE("an HTTP/2 local reply carries the HTTP/1.1 reply's fields, none connection-specific") {
+  auto r = http::failure(core::Reason::NoRoute, "no route for /x");
+  r.close = true;
+  r.extra = "Allow: GET\r\nConnection: close\r\n";
+  std::vector<http::H2Field> f;
+  std::string body;
+  http::h2_local_reply(r, false, "x-request-id", "", f, body);
+  CHECK(f[0].value == "404");
+  CHECK(field(f, "x-levee-error") == "no_route");
+  CHECK(field(f, "allow") == "GET");
+  CHECK(field(f, "connection") == "<absent>");
+  CHECK(body == "no_route: no route for /x\n");
+  CHECK(field(f, "content-length") == std::to_string(body.size()));
+  auto shed = http::rejection(core::Decision::reject(core::Reason::QueueFull, 1s), 5);
+  http::h2_local_reply(shed, false, "x-request-id", "", f, body);
+  CHECK(f[0].value == "503");
+  CHECK(field(f, "retry-after") == "5");
+  CHECK(body == "overloaded: queue_full\n");
+}
+
+TEST_CASE("grpc-message is percent-encoded") {
+  CHECK(http::grpc_percent_encode("a b") == "a b");
+  CHECK(http::grpc_percent_encode("100%") == "100%25");
+  CHECK(http::grpc_percent_encode("\xc3\xa9\n") == "%C3%A9%0A");
+}
