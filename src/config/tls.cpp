@@ -257,6 +257,10 @@ void read_cluster_edge(Ctx& ctx, Map& m, ClusterConfig& c) {
   read_file(ctx, tm, "ca", t.ca_file, t.ca_place);
   read(ctx, tm.take("server_name"), tm.sub("server_name"), t.server_name);
   read_bool(ctx, tm.take("verify"), tm.sub("verify"), t.verify);
+  read_file(ctx, tm, "certificate", t.cert_file, t.cert_place);
+  read_file(ctx, tm, "key", t.key_file, t.key_place);
+  if (t.cert_file.empty() != t.key_file.empty())
+    ctx.error(n, tm.sub(t.cert_file.empty() ? "certificate" : "key"), "a client certificate needs both certificate and key");
 }
 
 void validate_edge(Ctx& ctx, const YAML::Node& root, Config& cfg) {

@@ -102,7 +102,10 @@ struct UpstreamTlsConfig {
   std::string ca_file;      ///< `ca`: PEM bundle; empty: the system's trusted CAs
   std::string server_name;  ///< SNI and the name verified; empty: the endpoint's host
   bool verify = true;       ///< false: encrypt without checking the server (tests only)
-  Place ca_place;
+  /// `certificate` / `key`: levee's client certificate, for backends that
+  /// require one (mTLS to the upstream); empty: none.
+  std::string cert_file, key_file;
+  Place ca_place, cert_place, key_place;
   Place place;  ///< the `tls` key
 };
 

@@ -48,7 +48,11 @@ std::string tls_files_stamp(const config::Config& c) {
     add_stamp(s, l.tls.session_ticket_keys_file);
   }
   for (const auto& cl : c.clusters)
-    if (cl.tls.enabled) add_stamp(s, cl.tls.ca_file);
+    if (cl.tls.enabled) {
+      add_stamp(s, cl.tls.ca_file);
+      add_stamp(s, cl.tls.cert_file);
+      add_stamp(s, cl.tls.key_file);
+    }
   return s;
 }
 

@@ -519,6 +519,22 @@ std::shared_ptr<ClientTls> ClientTls::make(const config::UpstreamTlsConfig& c, c
   } else {
     SSL_CTX_set_verify(t->ctx_, SSL_VERIFY_NONE, nullptr);
   }
+  if (!c.cert_file.empty()) {  // levee's own certificate, for backends that ask for one
+    if (!err.readable(c.cert_place, c.cert_file, "certificate") ||
+        !err.readable(c.key_place, c.key_file, "key"))
+      return nullptr;
+    if (SSL_CTX_use_certificate_chain_file(t->ctx_, c.cert_file.c_str()) != 1) {
+      err.add(c.cert_place, "'" + c.cert_file + "' is not a PEM certificate chain (" + openssl_reason() + ")");
+      return nullptr;
+    }
+    if (SSL_CTX_use_PrivateKey_file(t->ctx_, c.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(t->ctx_) != 1) {
+      ERR_clear_error();
+      err.add(c.key_place, "key '" + c.key_file + "' does not match certificate '" + c.cert_file +
+                               "' or is not a PEM private key");
+      return nullptr;
+    }
+  }
   return t;
 }
 

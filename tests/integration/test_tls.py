@@ -564,13 +564,16 @@ class TlsBackend:
     """An HTTPS backend (Python's ssl): answers with the request's headers and
     remembers the SNI names and the connections it saw."""
 
-    def __init__(self, tc, cert, key):
+    def __init__(self, tc, cert, key, client_ca=None):
         import http.server
         import ssl
         import threading
-        seen = self.seen = {"sni": [], "connections": 0, "requests": 0}
+        seen = self.seen = {"sni": [], "connections": 0, "requests": 0, "client_cn": []}
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
+        if client_ca:  # mTLS: only clients with a certificate from this CA
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(client_ca)
         ctx.sni_callback = lambda sock, name, c: seen["sni"].append(name)
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -582,6 +585,8 @@ class TlsBackend:
 
             def do_GET(self):
                 seen["requests"] += 1
+                peer = self.connection.getpeercert() or {}
+                seen["client_cn"] += [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
                 body = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -653,6 +658,20 @@ class UpstreamTls(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("clusters[0].tls.ca", r.stderr)
         self.assertIn(missing, r.stderr)
+
+    def test_a_client_certificate_for_backends_that_require_one(self):
+        cert, key = self.pki.issue("backend2", "backend.test", dns=["backend.test"])
+        strict = TlsBackend(self, cert, key, client_ca=self.pki.ca)
+        mine = self.pki.issue("levee-client", "levee-edge", client=True)
+        with_cert = Levee(self, [cluster("app", [strict.address], tls={"ca": self.pki.ca, "server_name": "backend.test",
+                                                                       "certificate": mine[0], "key": mine[1]})])
+        status, _, body = with_cert.request("GET", "/headers")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(strict.seen["client_cn"], ["levee-edge"])
+        without = Levee(self, [cluster("app", [strict.address], tls={"ca": self.pki.ca, "server_name": "backend.test"})])
+        status, _, body = without.request("GET", "/headers")
+        self.assertGreaterEqual(status, 500, body)
+        self.assertEqual(strict.seen["requests"], 1)
 
     def test_health_checks_over_tls_are_refused_until_supported(self):
         path = self.pki.path("hc.yaml")
