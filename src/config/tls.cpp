@@ -186,17 +186,18 @@ void read_server_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, Ser
 }  // namespace
 
 void read_proxy_protocol(Ctx& ctx, const YAML::Node& n, const std::string& path, ProxyProtocolConfig& p) {
-  // `proxy_protocol: true` (from anyone), or a map.
+  // A map naming the balancers: whoever may send a header may claim any
+  // client address (and so the trust that address has), so `from` is
+  // required; `[any]` says so on purpose.
   if (n.IsScalar()) {
-    read_bool(ctx, n, path, p.enabled);
-    p.from.any = p.enabled;
+    ctx.error(n, path, "must be a map with from: the balancers' networks (or [any]), e.g. {from: [10.0.0.0/8]}");
     return;
   }
   Map m(ctx, n, path);
   p.enabled = true;
   read_bool(ctx, m.take("enabled"), m.sub("enabled"), p.enabled);
   if (auto f = m.take("from"); f.IsDefined()) read_networks(ctx, f, m.sub("from"), p.from);
-  else p.from.any = true;
+  else if (m.valid()) ctx.error(n, m.sub("from"), "is required: the networks of the balancers that send headers (or [any])");
   read_duration(ctx, m.take("timeout"), m.sub("timeout"), p.timeout, std::chrono::milliseconds(1),
                 std::chrono::minutes(1));
   read_uint(ctx, m.take("max_v2_bytes"), m.sub("max_v2_bytes"), p.max_v2_bytes, 16, 2048);

@@ -217,6 +217,9 @@ Server::ReloadResult Server::reload(std::string_view why) {
   next_cfg->source = file;
   if (workers_override_) next_cfg->workers = workers_override_;
   if (auto errors = restart_only(*next_cfg, text); !errors.empty()) return fail(std::move(errors));
+  // The TLS files as they are before the build reads them: a change made
+  // while it runs is seen by the next watch.
+  std::string stamp = tls_files_stamp(*next_cfg);
   std::shared_ptr<proxy::Runtime> next;
   try {
     // Policies come from the file again: an operator's overrides end here.
@@ -239,7 +242,7 @@ Server::ReloadResult Server::reload(std::string_view why) {
   const bool dropped_overrides = !overrides_.empty();
   overrides_ = {};
   cfg_ = next_cfg;
-  tls_stamp_ = tls_files_stamp(*cfg_);  // the files this build loaded
+  tls_stamp_ = std::move(stamp);  // the files this build loaded
   tls_pending_.clear();
   text_ = std::move(text);
   config_hash_ = sha256_hex(text_);

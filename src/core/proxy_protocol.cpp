@@ -69,6 +69,7 @@ ProxyHeader parse_v1(std::string_view bytes) {
     if (n < kMinHeader) m = std::max(m, kMinHeader - n);
     return more(std::min(m, kProxyV1Max - n), 1);
   }
+  if (bytes[cr + 1] != '\n') return invalid("v1 header: a carriage return without a line feed after it", 1);
   if (cr + 2 > kProxyV1Max) return invalid("v1 header longer than 107 bytes", 1);
   std::string_view line = bytes.substr(kV1Prefix.size(), cr - kV1Prefix.size());
   ProxyHeader h;

@@ -90,7 +90,11 @@ awaitable<void> Http1Connection::run() {
   // becomes readable (rest()).
   if (l_->tls && !stream_.tls()) {  // proxy/tls_context.cpp
     peer_.tls = true;
-    if (!co_await accept_tls(stream_, *l_->tls, *w_.rt->metrics, w_.index, l_->index)) {
+    // The handshake may outlast a reload (handshake_timeout): hold the
+    // listener's Runtime, whose ServerTls the OpenSSL callbacks point into
+    // and whose metrics count the result, until it is done.
+    const auto keep = l_->runtime().shared_from_this();
+    if (!co_await accept_tls(stream_, *l_->tls, *keep->metrics, w_.index, l_->index)) {
       stream_.close();
       co_return;
     }

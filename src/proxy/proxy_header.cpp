@@ -35,11 +35,18 @@ awaitable<void> read_proxy_header(Worker& w, std::size_t slot, std::shared_ptr<L
   const auto pc = lp->cfg.proxy_protocol;
   std::array<char, 2048> buf;
   const std::size_t cap = std::min<std::size_t>(buf.size(), std::max<std::size_t>(core::kProxyV1Max, pc.max_v2_bytes));
-  bool timed_out = false;
+  // The deadline's flags outlive this frame: a timer that fired just as the
+  // header ended (its handler already queued) must not touch the frame, and
+  // one that fired while a read's completion was queued must still end the
+  // loop (the cancel found nothing to cancel).
+  struct State {
+    bool done = false, expired = false;
+  };
+  auto dl = std::make_shared<State>();
   Timer t(w.ctx.get_executor(), pc.timeout);
-  t.async_wait([&](error_code ec) {
-    if (ec) return;
-    timed_out = true;
+  t.async_wait([&s, dl](error_code ec) {
+    if (ec || dl->done) return;
+    dl->expired = true;
     error_code ig;
     s.cancel(ig);
   });
@@ -49,12 +56,13 @@ awaitable<void> read_proxy_header(Worker& w, std::size_t slot, std::shared_ptr<L
   core::ProxyHeader h;
   bool closed = false;  // the balancer (a TCP health check) or the client left first
   for (;;) {
+    if (dl->expired) break;
     auto [wec] = co_await s.async_wait(tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
-    if (wec) break;
+    if (wec || dl->expired) break;
     const std::size_t n = s.receive(asio::buffer(buf.data() + have, cap - have), tcp::socket::message_peek, ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
     if (ec || n == 0) {  // closed, or reset, before a whole header
-      closed = !timed_out;
+      closed = !dl->expired;
       break;
     }
     h = core::parse_proxy_header({buf.data(), have + n}, pc.max_v2_bytes);
@@ -73,7 +81,9 @@ awaitable<void> read_proxy_header(Worker& w, std::size_t slot, std::shared_ptr<L
       break;
     }
   }
+  dl->done = true;
   t.cancel();
+  const bool timed_out = dl->expired;
   lp = w.listener_in_slot(slot);  // a reload may have replaced it while the header came
   const bool done = h.status == core::ProxyHeader::Status::Done;
   if (lp) {

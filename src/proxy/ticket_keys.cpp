@@ -63,6 +63,13 @@ bool TicketKeys::load_file(const std::string& path, std::string& why) {
   return true;
 }
 
+void TicketKeys::use_generated() {
+  std::lock_guard lk(mu_);
+  if (!from_file_) return;
+  keys_.clear();
+  from_file_ = false;
+}
+
 bool TicketKeys::check_file(const std::string& path, std::string& why) {
   std::vector<Key> keys;
   return read_records(path, keys, why);

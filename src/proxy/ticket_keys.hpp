@@ -34,6 +34,9 @@ class TicketKeys {
   /// Replaces the keys with a file's (80 bytes per key, at most 16 keys).
   /// False, with why, when the file cannot be read or is not whole keys.
   bool load_file(const std::string& path, std::string& why);
+  /// Back to keys of levee's own, after a config that named a file (the
+  /// file's keys are dropped: they are the fleet's, not to be kept).
+  void use_generated();
   /// Checks a key file without loading it (for --validate).
   static bool check_file(const std::string& path, std::string& why);
 

@@ -120,23 +120,31 @@ std::uintptr_t verdict(SSL* ssl) {
 int on_client_hello(SSL* ssl, int* alert, void* arg) {
   if (verdict(ssl) & kJudged) return SSL_CLIENT_HELLO_SUCCESS;
   const auto* t = static_cast<const ServerTls*>(arg);
+  const TicketKeys* keys = t->ticket_keys();
   const unsigned char* p = nullptr;
   std::size_t len = 0;
-  // An offer to resume: a TLS 1.3 PSK, a TLS 1.2 ticket, or (a TLS 1.2-only
-  // hello) a session id. TLS 1.3 hellos carry a random legacy session id,
-  // which says nothing.
-  bool resuming = SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk, &p, &len) == 1;
-  if (!resuming && SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_session_ticket, &p, &len) == 1 && len > 0)
-    resuming = true;
-  if (!resuming && SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_supported_versions, &p, &len) != 1 &&
-      SSL_client_hello_get0_session_id(ssl, &p) > 0)
-    resuming = true;
+  // An offer to resume counts only with a ticket levee made: its first 16
+  // bytes name one of the listener's keys (a forged ticket names none).
+  // TLS 1.3 offers it as the first PSK identity (identities length 2,
+  // identity length 2, identity), TLS 1.2 as the session_ticket extension.
+  // Session ids are not believed: anyone can send one.
+  bool resuming = false;
+  if (keys != nullptr) {
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk, &p, &len) == 1 && len >= 4 + 16) {
+      const std::size_t id_len = std::size_t{p[2]} << 8 | p[3];
+      resuming = id_len >= 16 && 4 + id_len <= len && keys->find(p + 4).has_value();
+    } else if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_session_ticket, &p, &len) == 1 && len >= 16) {
+      resuming = keys->find(p).has_value();
+    }
+  }
   if (!t->admit_handshake(resuming)) {
     SSL_set_ex_data(ssl, verdict_index(), reinterpret_cast<void*>(kJudged | kRefused));
     *alert = SSL_AD_HANDSHAKE_FAILURE;
     return SSL_CLIENT_HELLO_ERROR;
   }
   SSL_set_ex_data(ssl, verdict_index(), reinterpret_cast<void*>(kJudged | (resuming ? kResuming : 0)));
+  // In progress from its hello (a connection that sends none holds no place).
+  t->in_progress.fetch_add(1, std::memory_order_relaxed);
   return SSL_CLIENT_HELLO_SUCCESS;
 }
 
@@ -326,6 +334,7 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
       }
     }
     if (keys) {
+      if (c.session_ticket_keys_file.empty()) keys->use_generated();
       t->keys_ = std::move(keys);
       t->rotate_ticket_keys(now());  // a key at once (the slot's, if it has them already)
       // Tickets go through levee's keys, on every certificate's context
@@ -352,8 +361,8 @@ bool ServerTls::rotate_ticket_keys(core::TimePoint t) const {
 }
 
 bool ServerTls::admit_handshake(bool resuming) const noexcept {
-  // accept_tls counts every connection in its handshake, this one included.
-  if (cfg_.max_handshakes != 0 && in_progress.load(std::memory_order_relaxed) > cfg_.max_handshakes) return false;
+  // Handshakes past their hello, not counting this one.
+  if (cfg_.max_handshakes != 0 && in_progress.load(std::memory_order_relaxed) >= cfg_.max_handshakes) return false;
   if (resuming) return true;
   if (load_ != nullptr && cfg_.shed_handshakes_above > 0 &&
       load_->load(std::memory_order_relaxed) > cfg_.shed_handshakes_above)
@@ -429,13 +438,17 @@ awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, s
     st->expired = true;
     s.cancel();
   });
-  tls.in_progress.fetch_add(1, std::memory_order_relaxed);
   const error_code ec = co_await s.handshake();
-  tls.in_progress.fetch_sub(1, std::memory_order_relaxed);
   st->done = true;
   t.cancel();
   const std::uintptr_t v = verdict(ssl);
-  if (v & kJudged && !(v & kRefused)) tls.handshake_done((v & kResuming) != 0, !ec && !s.resumed());
+  if (v & kJudged && !(v & kRefused)) {
+    tls.in_progress.fetch_sub(1, std::memory_order_relaxed);
+    // A hello admitted as resuming that was not resumed (its ticket was
+    // unusable, or it gave up after the server's expensive flight) is
+    // charged to the full-handshake rate now.
+    tls.handshake_done((v & kResuming) != 0, !s.resumed());
+  }
   if (v & kRefused) count(HandshakeResult::Refused);
   else if (st->expired) count(HandshakeResult::Timeout);
   else if (ec) count(HandshakeResult::Failed);

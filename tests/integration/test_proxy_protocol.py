@@ -4,13 +4,15 @@ header names is the one levee trusts, caps and forwards; connections from
 elsewhere are served as direct clients; a broken or stalled header closes
 the connection and is counted."""
 import http.client
+import json
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import unittest
 
-from harness import Backend, Levee, Proc, cluster, free_port, port_open, wait_until
+from harness import LEVEE, Backend, Levee, Proc, cluster, free_port, port_open, wait_until
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 
@@ -164,8 +166,23 @@ class ProxyProtocol(unittest.TestCase):
         # Two requests went upstream: the direct client's and this one; the
         # headerless request from the balancer's address never did.
         self.assertEqual(lv.metric("levee_upstream_requests_total"), 2)
-        # The listener still serves.
+        # The listener still serves, and every refused connection gave back
+        # its place.
         self.assertEqual(get(lv.port, "127.0.0.9")[0], 200)
+        wait_until(lambda: lv.metric("levee_downstream_active_connections") == 0, what="no connection left open")
+
+    def test_from_is_required(self):
+        be = Backend(self)
+        for pp, why in ((True, "must be a map with from"), ({"timeout": "1s"}, "proxy_protocol.from: is required")):
+            path = tempfile.mkstemp(prefix="levee-test-pp-", suffix=".yaml")[1]
+            self.addCleanup(os.unlink, path)
+            with open(path, "w") as f:
+                json.dump({"listeners": [{"port": free_port(), "address": "127.0.0.1", "proxy_protocol": pp,
+                                          "routes": [{"cluster": "app"}]}],
+                           "clusters": [{"name": "app", "endpoints": [be.address]}]}, f)
+            r = subprocess.run([LEVEE, "--validate", path], capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(why, r.stderr)
 
 
 if __name__ == "__main__":

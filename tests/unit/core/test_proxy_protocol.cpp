@@ -73,6 +73,10 @@ TEST_CASE("proxy protocol v1: malformed headers are refused") {
     INFO(bad);
     CHECK(parse_proxy_header(bad).status == S::Invalid);
   }
+  // A CR not followed by LF: refused, not taken as the end (which would
+  // consume the byte after it, e.g. a TLS record's first).
+  CHECK(parse_proxy_header("PROXY UNKNOWN\rX").status == S::Invalid);
+  CHECK(parse_proxy_header("PROXY TCP4 192.0.2.7 10.0.0.1 1 2\r\x16").status == S::Invalid);
   // Longer than the spec's 107 bytes without a CRLF.
   CHECK(parse_proxy_header("PROXY TCP4 " + std::string(120, '1')).status == S::Invalid);
 }
