@@ -1,5 +1,7 @@
 #include "control/registry.hpp"
 
+#include <utility>
+
 #include <functional>
 
 #include "control/access_log.hpp"
@@ -18,11 +20,8 @@ using proxy::Runtime;
 void register_metrics(metrics::Registry& registry, const std::shared_ptr<Runtime>& rtp,
                       const std::vector<std::unique_ptr<proxy::Worker>>& workers, const AccessLog& log) {
   auto& m = *rtp->metrics;
-  for (auto* t : {&m.requests, &m.admitted, &m.rejected, &m.dry_run, &m.local_replies, &m.connections, &m.refused, &m.untrusted, &m.tls_handshakes, &m.proxy_headers, &m.http2_connections, &m.http2_limits,
-                  &m.upstream_requests, &m.upstream_errors, &m.upstream_connects, &m.load_report_errors, &m.load_report_ignored, &m.bytes,
-                  &m.health_checks})
-    registry.add(t);
-  for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time, &m.health_check_latency}) registry.add(h);
+  for (const auto* t : std::as_const(m).counter_tables()) registry.add(t);
+  for (const auto* h : std::as_const(m).histogram_tables()) registry.add(h);
 
   std::shared_ptr<Runtime> rt = rtp;
   auto counter = [](std::string name, std::string help, std::function<double()> f) {

@@ -60,37 +60,11 @@ std::vector<std::string> cluster_names(const config::Config& c) {
 }
 
 void add_tables(metrics::Registry& r, const proxy::RequestMetrics& m) {
-  for (auto* t : {&m.requests, &m.admitted, &m.rejected, &m.dry_run, &m.local_replies, &m.connections, &m.refused,
-                  &m.untrusted, &m.tls_handshakes, &m.proxy_headers, &m.http2_connections, &m.http2_limits, &m.upstream_requests, &m.upstream_errors, &m.upstream_connects, &m.load_report_errors, &m.bytes,
-                  &m.health_checks})
-    r.add(t);
-  for (auto* h : {&m.upstream_latency, &m.request_duration, &m.queue_time, &m.health_check_latency}) r.add(h);
+  for (const auto* t : m.counter_tables()) r.add(t);
+  for (const auto* h : m.histogram_tables()) r.add(h);
 }
 
-void absorb_tables(proxy::RequestMetrics& into, const proxy::RequestMetrics& old) {
-  into.requests.absorb(old.requests);
-  into.admitted.absorb(old.admitted);
-  into.rejected.absorb(old.rejected);
-  into.dry_run.absorb(old.dry_run);
-  into.local_replies.absorb(old.local_replies);
-  into.connections.absorb(old.connections);
-  into.refused.absorb(old.refused);
-  into.untrusted.absorb(old.untrusted);
-  into.tls_handshakes.absorb(old.tls_handshakes);
-  into.proxy_headers.absorb(old.proxy_headers);
-  into.http2_connections.absorb(old.http2_connections);
-  into.http2_limits.absorb(old.http2_limits);
-  into.upstream_requests.absorb(old.upstream_requests);
-  into.upstream_errors.absorb(old.upstream_errors);
-  into.upstream_connects.absorb(old.upstream_connects);
-  into.load_report_errors.absorb(old.load_report_errors);
-  into.bytes.absorb(old.bytes);
-  into.health_checks.absorb(old.health_checks);
-  into.upstream_latency.absorb(old.upstream_latency);
-  into.request_duration.absorb(old.request_duration);
-  into.queue_time.absorb(old.queue_time);
-  into.health_check_latency.absorb(old.health_check_latency);
-}
+void absorb_tables(proxy::RequestMetrics& into, const proxy::RequestMetrics& old) { into.absorb(old); }
 
 }  // namespace
 

@@ -63,6 +63,36 @@ struct RequestMetrics {
 
   std::vector<std::size_t> endpoint_base;
 
+  /// Every table, in one list: the registry exports them and a reload
+  /// carries their counts into the next Runtime's (a table left out of
+  /// either would vanish, or restart from zero, at a reload).
+  std::vector<metrics::CounterTable*> counter_tables() noexcept {
+    return {&requests,          &admitted,           &rejected,          &dry_run,          &local_replies,
+            &connections,       &refused,            &untrusted,         &tls_handshakes,   &proxy_headers,
+            &http2_connections, &http2_limits,       &upstream_requests, &upstream_errors,  &upstream_connects,
+            &load_report_errors, &load_report_ignored, &bytes,           &health_checks};
+  }
+  std::vector<metrics::HistogramTable*> histogram_tables() noexcept {
+    return {&upstream_latency, &request_duration, &queue_time, &health_check_latency};
+  }
+  std::vector<const metrics::CounterTable*> counter_tables() const noexcept {
+    auto v = const_cast<RequestMetrics*>(this)->counter_tables();
+    return {v.begin(), v.end()};
+  }
+  std::vector<const metrics::HistogramTable*> histogram_tables() const noexcept {
+    auto v = const_cast<RequestMetrics*>(this)->histogram_tables();
+    return {v.begin(), v.end()};
+  }
+  /// Adds a retired Runtime's counts to these.
+  void absorb(const RequestMetrics& old) {
+    const auto c = counter_tables();
+    const auto oc = old.counter_tables();
+    for (std::size_t i = 0; i < c.size(); ++i) c[i]->absorb(*oc[i]);
+    const auto h = histogram_tables();
+    const auto oh = old.histogram_tables();
+    for (std::size_t i = 0; i < h.size(); ++i) h[i]->absorb(*oh[i]);
+  }
+
   std::size_t endpoint(std::size_t cluster, std::size_t ep) const noexcept { return endpoint_base[cluster] + ep; }
   void refuse(std::size_t shard, std::size_t listener, RefuseCause c) noexcept {
     refused.inc(shard, refused.index({listener, static_cast<std::size_t>(c)}));
