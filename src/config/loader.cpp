@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "config/reader.hpp"
+#include "config/sections.hpp"
 #include "config/tls_reader.hpp"
 #include "core/text.hpp"
 
@@ -51,9 +52,7 @@ std::optional<Duration> parse_duration(std::string_view s) noexcept {
   return Duration(static_cast<std::int64_t>(std::llround(total)));
 }
 
-namespace {
-
-using namespace detail;
+namespace detail {
 
 /// Text levee writes into a request head itself (a path, a host): no
 /// spaces or control characters, so it cannot split the line it is in.
@@ -63,6 +62,60 @@ bool fits_request_head(std::string_view s) {
     return u <= 0x20 || u == 0x7f;
   });
 }
+
+/// "host:port" or "[v6]:port".
+bool split_host_port(std::string_view s, std::string& host, std::uint16_t& port) {
+  std::size_t colon;
+  if (!s.empty() && s.front() == '[') {
+    auto close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') return false;
+    host = std::string(s.substr(1, close - 1));
+    colon = close + 1;
+  } else {
+    colon = s.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) return false;
+    host = std::string(s.substr(0, colon));
+    if (host.find(':') != std::string::npos) return false;
+  }
+  if (host.empty() || !fits_request_head(host)) return false;
+  auto p = core::parse_u64(s.substr(colon + 1));
+  if (!p || *p == 0 || *p > 65535) return false;
+  port = static_cast<std::uint16_t>(*p);
+  return true;
+}
+
+// ---- sections -------------------------------------------------------------
+
+void read_quota_map(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                    std::vector<std::pair<std::string, double>>& out) {
+  if (!n.IsDefined()) return;
+  if (!n.IsMap()) {
+    ctx.error(n, path, "must map tenant names to CPU-seconds per second");
+    return;
+  }
+  std::set<std::string> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    auto name = it->first.Scalar();
+    auto p = join(path, name);
+    if (!core::valid_utf8(name)) {
+      ctx.error_at(it->first.Mark(), path, "tenant names must be valid UTF-8");
+      continue;
+    }
+    if (!seen.insert(name).second) {
+      ctx.error_at(it->first.Mark(), p, "duplicate key");
+      continue;
+    }
+    double q = 0;
+    read_double(ctx, it->second, p, q, 0.0, 1e6);
+    out.emplace_back(name, q);
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
 
 /// A header name: an HTTP token (levee writes some of them upstream).
 void check_header_name(Ctx& ctx, const YAML::Node& n, const std::string& path, const std::string& name) {
@@ -88,29 +141,6 @@ void read_thresholds(Ctx& ctx, const YAML::Node& n, const std::string& path,
     }
   }
 }
-
-/// "host:port" or "[v6]:port".
-bool split_host_port(std::string_view s, std::string& host, std::uint16_t& port) {
-  std::size_t colon;
-  if (!s.empty() && s.front() == '[') {
-    auto close = s.find(']');
-    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') return false;
-    host = std::string(s.substr(1, close - 1));
-    colon = close + 1;
-  } else {
-    colon = s.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) return false;
-    host = std::string(s.substr(0, colon));
-    if (host.find(':') != std::string::npos) return false;
-  }
-  if (host.empty() || !fits_request_head(host)) return false;
-  auto p = core::parse_u64(s.substr(colon + 1));
-  if (!p || *p == 0 || *p > 65535) return false;
-  port = static_cast<std::uint16_t>(*p);
-  return true;
-}
-
-// ---- sections -------------------------------------------------------------
 
 void read_tenant_source(Ctx& ctx, const YAML::Node& n, const std::string& path, TenantSource& out) {
   Map m(ctx, n, path);
@@ -149,31 +179,6 @@ void read_tenant_source(Ctx& ctx, const YAML::Node& n, const std::string& path, 
     if (out.api_key_header.empty()) ctx.error(ak, km.sub("header"), "is required with api_keys");
   }
   read_tenant_edge(ctx, m, out);  // config/tls.cpp
-}
-
-void read_quota_map(Ctx& ctx, const YAML::Node& n, const std::string& path,
-                    std::vector<std::pair<std::string, double>>& out) {
-  if (!n.IsDefined()) return;
-  if (!n.IsMap()) {
-    ctx.error(n, path, "must map tenant names to CPU-seconds per second");
-    return;
-  }
-  std::set<std::string> seen;
-  for (auto it = n.begin(); it != n.end(); ++it) {
-    auto name = it->first.Scalar();
-    auto p = join(path, name);
-    if (!core::valid_utf8(name)) {
-      ctx.error_at(it->first.Mark(), path, "tenant names must be valid UTF-8");
-      continue;
-    }
-    if (!seen.insert(name).second) {
-      ctx.error_at(it->first.Mark(), p, "duplicate key");
-      continue;
-    }
-    double q = 0;
-    read_double(ctx, it->second, p, q, 0.0, 1e6);
-    out.emplace_back(name, q);
-  }
 }
 
 void read_tenants(Ctx& ctx, const YAML::Node& n, TenantsConfig& t) {
@@ -500,191 +505,6 @@ void read_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, Liste
   const bool h2 = std::find(alpn.begin(), alpn.end(), "h2") != alpn.end();
   if (h2 && !l.http2.enabled) ctx.error(n, m.sub("tls.alpn"), "h2 needs http2.enabled: true");
   if (!h2 && l.http2.enabled) alpn.insert(alpn.begin(), "h2");
-}
-
-void read_endpoint(Ctx& ctx, const YAML::Node& n, const std::string& path, EndpointConfig& e) {
-  auto parse_addr = [&](const YAML::Node& a, const std::string& p) {
-    if (!scalar(ctx, a, p, "host:port")) return;
-    if (!split_host_port(a.Scalar(), e.host, e.port))
-      ctx.error(a, p, "must be host:port with port 1..65535, not '" + a.Scalar() + "'");
-  };
-  if (n.IsScalar()) {
-    parse_addr(n, path);
-    return;
-  }
-  Map m(ctx, n, path);
-  auto an = m.take("address");
-  if (!an.IsDefined()) ctx.error(n, m.sub("address"), "is required");
-  else parse_addr(an, m.sub("address"));
-  read_double(ctx, m.take("weight"), m.sub("weight"), e.weight, 0.001, 1e6);
-}
-
-void read_orca_metric(Ctx& ctx, const YAML::Node& n, const std::string& path, core::OrcaMetric& out) {
-  if (!n.IsDefined() || !scalar(ctx, n, path, "an ORCA metric name")) return;
-  if (auto m = core::parse_orca_metric(n.Scalar())) out = *m;
-  else
-    ctx.error(n, path,
-              "'" + n.Scalar() +
-                  "' is not an ORCA metric: cpu_utilization, mem_utilization, application_utilization, "
-                  "rps_fractional, eps, or named_metrics.<name>, request_cost.<name>, utilization.<name>");
-}
-
-void read_load_report(Ctx& ctx, const YAML::Node& n, const std::string& path, LoadReportConfig& lr) {
-  Map m(ctx, n, path);
-  if (auto f = m.take("request_format"); f.IsDefined() && scalar(ctx, f, m.sub("request_format"), "off, text or json")) {
-    if (f.Scalar() == "off") lr.request_format = LoadReportConfig::Format::Off;
-    else if (f.Scalar() == "text") lr.request_format = LoadReportConfig::Format::Text;
-    else if (f.Scalar() == "json") lr.request_format = LoadReportConfig::Format::Json;
-    else ctx.error(f, m.sub("request_format"), "must be off, text or json, not '" + f.Scalar() + "'");
-  }
-  read_orca_metric(ctx, m.take("utilization"), m.sub("utilization"), lr.select.utilization);
-  read_orca_metric(ctx, m.take("cost"), m.sub("cost"), lr.select.cost);
-}
-
-void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, ClusterConfig& c) {
-  Map m(ctx, n, path);
-  auto nn = m.take("name");
-  if (!nn.IsDefined()) ctx.error(n, m.sub("name"), "is required");
-  read(ctx, nn, m.sub("name"), c.name);
-  if (nn.IsDefined() && nn.IsScalar() && c.name.empty()) ctx.error(nn, m.sub("name"), "must not be empty");
-  auto en = m.take("endpoints");
-  if (!en.IsDefined()) {
-    ctx.error(n, m.sub("endpoints"), "is required");
-  } else if (!en.IsSequence() || en.size() == 0) {
-    ctx.error(en, m.sub("endpoints"), "must be a non-empty list of host:port");
-  } else {
-    for (std::size_t i = 0; i < en.size(); ++i) {
-      EndpointConfig e;
-      read_endpoint(ctx, en[i], at(m.sub("endpoints"), i), e);
-      c.endpoints.push_back(std::move(e));
-    }
-  }
-  using std::chrono::milliseconds;
-  using std::chrono::hours;
-  read_duration(ctx, m.take("connect_timeout"), m.sub("connect_timeout"), c.connect_timeout, milliseconds(1), hours(1));
-  read_duration(ctx, m.take("response_timeout"), m.sub("response_timeout"), c.response_timeout, milliseconds(1), hours(24));
-  read_duration(ctx, m.take("idle_timeout"), m.sub("idle_timeout"), c.idle_timeout, milliseconds(1), hours(24));
-  read_uint(ctx, m.take("max_idle"), m.sub("max_idle"), c.max_idle, 0, 100000);
-  read_duration(ctx, m.take("resolve_interval"), m.sub("resolve_interval"), c.resolve_interval, milliseconds(100), hours(24));
-
-  if (auto cc = m.take("concurrency"); cc.IsDefined()) {
-    Map cm(ctx, cc, m.sub("concurrency"));
-    auto ln = cm.take("limit");
-    auto an = cm.take("adaptive");
-    read_bool(ctx, cm.take("enabled"), cm.sub("enabled"), c.admission.enabled);
-    read_bool(ctx, cm.take("dry_run"), cm.sub("dry_run"), c.admission.dry_run);
-    if (ln.IsDefined() && an.IsDefined()) ctx.error(cc, cm.path(), "give either limit or adaptive, not both");
-    if (ln.IsDefined()) {
-      c.admission.limit.adaptive = false;
-      read_uint(ctx, ln, cm.sub("limit"), c.admission.limit.static_limit, 1, 1000000);
-    } else if (an.IsDefined()) {
-      c.admission.limit.adaptive = true;
-      auto& a = c.admission.limit.adaptive_cfg;
-      Map am(ctx, an, cm.sub("adaptive"));
-      read_uint(ctx, am.take("min"), am.sub("min"), a.min, 1, 1000000);
-      read_uint(ctx, am.take("max"), am.sub("max"), a.max, 1, 1000000);
-      read_uint(ctx, am.take("initial"), am.sub("initial"), a.initial, 1, 1000000);
-      read_duration(ctx, am.take("window"), am.sub("window"), a.min_window, milliseconds(1), std::chrono::minutes(1));
-      read_uint(ctx, am.take("min_samples"), am.sub("min_samples"), a.min_samples, 1, 1000000);
-      read_double(ctx, am.take("alpha"), am.sub("alpha"), a.alpha, 0.0, 10.0);
-      read_double(ctx, am.take("beta"), am.sub("beta"), a.beta, 0.0, 10.0);
-      read_duration(ctx, am.take("probe_interval"), am.sub("probe_interval"), a.probe_interval, milliseconds(100), hours(1));
-      read_duration(ctx, am.take("rtt_tolerance"), am.sub("rtt_tolerance"), a.rtt_tolerance, Duration::zero(), std::chrono::seconds(10));
-      if (a.min > a.max) ctx.error(an, am.path(), "min must not exceed max");
-      if (a.alpha > a.beta) ctx.error(an, am.path(), "alpha must not exceed beta");
-      if (!am.has("initial")) a.initial = std::clamp<std::uint32_t>(20, a.min, a.max);
-      else if (a.initial < a.min || a.initial > a.max) ctx.error(an, am.sub("initial"), "must be between min and max");
-    }
-  }
-  if (auto qn = m.take("queue"); qn.IsDefined()) {
-    auto& q = c.admission.queue;
-    Map qm(ctx, qn, m.sub("queue"));
-    read_uint(ctx, qm.take("max"), qm.sub("max"), q.max, 0, 10000000);
-    read_duration(ctx, qm.take("target"), qm.sub("target"), q.target, std::chrono::microseconds(1), hours(1));
-    read_bool(ctx, qm.take("lifo_on_overload"), qm.sub("lifo_on_overload"), q.lifo_on_overload);
-    if (auto cd = qm.take("codel"); cd.IsDefined()) {
-      Map cdm(ctx, cd, qm.sub("codel"));
-      read_duration(ctx, cdm.take("target"), cdm.sub("target"), q.codel_target, std::chrono::microseconds(1), hours(1));
-      read_duration(ctx, cdm.take("interval"), cdm.sub("interval"), q.codel_interval, milliseconds(1), hours(1));
-    }
-  }
-  if (auto on = m.take("overload"); on.IsDefined()) {
-    Map om(ctx, on, m.sub("overload"));
-    read_double(ctx, om.take("utilization"), om.sub("utilization"), c.overload.utilization, 0.0, 100.0);
-    read_duration(ctx, om.take("queue_time"), om.sub("queue_time"), c.overload.queue_time, Duration::zero(), hours(1));
-  }
-  if (auto tn = m.take("throttle"); tn.IsDefined()) {
-    Map tm(ctx, tn, m.sub("throttle"));
-    read_bool(ctx, tm.take("enabled"), tm.sub("enabled"), c.throttle.enabled);
-    read_bool(ctx, tm.take("dry_run"), tm.sub("dry_run"), c.throttle.dry_run);
-    read_double(ctx, tm.take("k"), tm.sub("k"), c.throttle.k, 1.0, 100.0);
-    read_duration(ctx, tm.take("window"), tm.sub("window"), c.throttle.window, std::chrono::seconds(1), hours(1));
-    read_double(ctx, tm.take("min_requests"), tm.sub("min_requests"), c.throttle.min_requests, 0.0, 1e9);
-    read_double(ctx, tm.take("max_probability"), tm.sub("max_probability"), c.throttle.max_probability, 0.0, 1.0);
-    read_uint(ctx, tm.take("recovery_run"), tm.sub("recovery_run"), c.throttle.recovery_run, 0, 1000000);
-    read_duration(ctx, tm.take("recovery_span"), tm.sub("recovery_span"), c.throttle.recovery_span, Duration::zero(),
-                  std::chrono::minutes(1));
-  }
-  if (auto rn = m.take("retry"); rn.IsDefined()) {
-    auto& r = c.retry;
-    Map rm(ctx, rn, m.sub("retry"));
-    read_bool(ctx, rm.take("enabled"), rm.sub("enabled"), r.enabled);
-    read_uint(ctx, rm.take("max_attempts"), rm.sub("max_attempts"), r.max_attempts, 1, 10);
-    read_double(ctx, rm.take("budget_ratio"), rm.sub("budget_ratio"), r.budget_ratio, 0.0, 1.0);
-    read_double(ctx, rm.take("budget_min_per_second"), rm.sub("budget_min_per_second"), r.budget_min_per_second, 0.0, 1e6);
-    read_duration(ctx, rm.take("backoff_base"), rm.sub("backoff_base"), r.backoff_base, Duration::zero(), std::chrono::minutes(1));
-    read_duration(ctx, rm.take("backoff_max"), rm.sub("backoff_max"), r.backoff_max, Duration::zero(), std::chrono::minutes(10));
-    read_double(ctx, rm.take("storm_share"), rm.sub("storm_share"), r.storm_share, 0.0, 1.0);
-  }
-  if (auto hn = m.take("health_check"); hn.IsDefined()) {
-    auto& h = c.health_check;
-    h.enabled = true;
-    Map hm(ctx, hn, m.sub("health_check"));
-    read_bool(ctx, hm.take("enabled"), hm.sub("enabled"), h.enabled);
-    auto pn = hm.take("path");
-    read(ctx, pn, hm.sub("path"), h.path);
-    if (pn.IsDefined() && (h.path.empty() || h.path.front() != '/')) ctx.error(pn, hm.sub("path"), "must start with '/'");
-    else if (!fits_request_head(h.path)) ctx.error(pn, hm.sub("path"), "must not hold spaces or control characters");
-    auto hhn = hm.take("host");
-    read(ctx, hhn, hm.sub("host"), h.host);
-    if (!fits_request_head(h.host)) ctx.error(hhn, hm.sub("host"), "must not hold spaces or control characters");
-    read_duration(ctx, hm.take("interval"), hm.sub("interval"), h.interval, milliseconds(10), hours(1));
-    read_duration(ctx, hm.take("max_interval"), hm.sub("max_interval"), h.max_interval, milliseconds(10), hours(1));
-    read_double(ctx, hm.take("jitter"), hm.sub("jitter"), h.jitter, 0.0, 0.5);
-    read_duration(ctx, hm.take("timeout"), hm.sub("timeout"), h.timeout, milliseconds(1), hours(1));
-    read_uint(ctx, hm.take("healthy"), hm.sub("healthy"), h.healthy, 1, 1000);
-    read_uint(ctx, hm.take("unhealthy"), hm.sub("unhealthy"), h.unhealthy, 1, 1000);
-    if (auto sn = hm.take("expected_status"); sn.IsDefined()) {
-      Map sm(ctx, sn, hm.sub("expected_status"));
-      read_uint(ctx, sm.take("min"), sm.sub("min"), h.status_min, 100, 599);
-      read_uint(ctx, sm.take("max"), sm.sub("max"), h.status_max, 100, 599);
-      if (h.status_min > h.status_max) ctx.error(sn, sm.path(), "min must not exceed max");
-    }
-    read(ctx, hm.take("body_contains"), hm.sub("body_contains"), h.body_contains);
-    if (h.max_interval < h.interval) h.max_interval = h.interval;
-  }
-  if (auto on = m.take("outlier_detection"); on.IsDefined()) {
-    auto& o = c.outlier;
-    Map om(ctx, on, m.sub("outlier_detection"));
-    read_bool(ctx, om.take("enabled"), om.sub("enabled"), o.enabled);
-    read_uint(ctx, om.take("consecutive_failures"), om.sub("consecutive_failures"), o.params.consecutive_failures, 1, 100000);
-    read_duration(ctx, om.take("base_ejection"), om.sub("base_ejection"), o.params.base_ejection, milliseconds(1), hours(24));
-    read_duration(ctx, om.take("max_ejection"), om.sub("max_ejection"), o.params.max_ejection, milliseconds(1), hours(24));
-    read_duration(ctx, om.take("decay"), om.sub("decay"), o.params.decay, Duration::zero(), hours(24));
-    read_double(ctx, om.take("max_ejected_pct"), om.sub("max_ejected_pct"), o.params.max_ejected_pct, 0.0, 100.0);
-  }
-  if (auto sn = m.take("slow_start"); sn.IsDefined()) {
-    auto& s = c.slow_start;
-    Map sm(ctx, sn, m.sub("slow_start"));
-    read_duration(ctx, sm.take("window"), sm.sub("window"), s.window, Duration::zero(), hours(24));
-    read_double(ctx, sm.take("aggression"), sm.sub("aggression"), s.aggression, 0.01, 100.0);
-    read_double(ctx, sm.take("min_weight_pct"), sm.sub("min_weight_pct"), s.min_weight_pct, 0.0, 100.0);
-    read_bool(ctx, sm.take("readiness"), sm.sub("readiness"), s.readiness);
-    read_duration(ctx, sm.take("early_exit"), sm.sub("early_exit"), s.early_exit, Duration::zero(), hours(24));
-  }
-  if (auto ln = m.take("load_report"); ln.IsDefined()) read_load_report(ctx, ln, m.sub("load_report"), c.load_report);
-  read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
-  read_cluster_edge(ctx, m, c);  // tls: config/tls.cpp
 }
 
 template <typename T, typename F>
