@@ -82,6 +82,11 @@ void write_upstream_head(std::string& out, const UpstreamHead& u) {
   out.append("\r\n");
 }
 
+bool is_inside_field(const ResponseInfo& info, const Field& f, std::size_t index) noexcept {
+  const int i = static_cast<int>(index);
+  return i == info.load_report || i == info.load_report_bin || core::iequals(f.name, "server");
+}
+
 void write_downstream_head(std::string& out, const DownstreamHead& d) {
   const auto& fields = d.head.fields();
   out.append("HTTP/1.1 ");
@@ -89,7 +94,9 @@ void write_downstream_head(std::string& out, const DownstreamHead& d) {
   out.push_back(' ');
   out.append(d.info.reason.empty() ? status_text(d.info.status) : d.info.reason);
   out.append("\r\n");
-  for (const auto& f : fields) {
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields[i];
+    if (d.strip_inside && is_inside_field(d.info, f, i)) continue;
     if (f.id == FieldId::content_length && d.no_body) {
       append_field(out, f.name, f.value);  // HEAD and 304 describe the real body
       continue;

@@ -75,7 +75,14 @@ struct DownstreamHead {
   bool keep_alive_10 = false; ///< HTTP/1.0 client kept alive
   bool no_retry = false;      ///< add "don't retry": levee gave up below because of overload
   std::string_view request_id{};  ///< sent as names.request_id (in place of the upstream's), when not empty
+  bool strip_inside = false;  ///< an untrusted client: leave out is_inside_field()s
 };
+
+/// A response field that describes the inside, not for an untrusted client:
+/// the backend's ORCA load report (either form) and its Server details.
+/// `index` is the field's place in the head (ResponseInfo names the load
+/// report's by place).
+bool is_inside_field(const ResponseInfo& info, const Field& f, std::size_t index) noexcept;
 
 /// Appends the response head for an HTTP/1.1 client.
 void write_downstream_head(std::string& out, const DownstreamHead& d);

@@ -40,6 +40,7 @@ struct ResponseStart {
   bool no_body = false;                  ///< HEAD, 1xx, 204, 304
   std::optional<std::uint64_t> length;   ///< the body's length when the upstream framed it so
   bool no_retry = false;                 ///< add "don't retry" (levee gave up below: overload)
+  bool strip_inside = false;             ///< an untrusted client: no load report, no Server (http::is_inside_field)
 };
 
 /// Told when the client goes away while the exchange is not reading from it.

@@ -660,6 +660,8 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
   }
   // levee gave up below because of overload: tell the caller not to retry either.
   start.no_retry = a.overloaded && a.number > 1 && !b_.resp.no_retry;
+  // What describes the inside (load reports, Server) stays inside.
+  start.strip_inside = !cls_.trusted;
   rec_.status = status;
 
   // The backend is done once its response is whole: the permit, the

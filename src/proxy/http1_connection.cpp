@@ -429,6 +429,7 @@ awaitable<bool> Http1Connection::send_response(const ResponseStart& r, std::stri
   const bool ver10 = info.version == 10;
   const auto& rt = *w_.rt;
   http::DownstreamHead d{r.head, r.info, rt.rewrite_names};
+  d.strip_inside = r.strip_inside;
   d.no_body = r.no_body;
   if (!r.no_body) {
     if (r.length) {

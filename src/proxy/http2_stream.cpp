@@ -234,7 +234,9 @@ awaitable<bool> H2Stream::send_response(const ResponseStart& r, std::string_view
   };
   add(":status", std::to_string(r.info.status));
   const bool return_id = c_.w_.rt->cfg->headers.return_request_id && !b_->request_id_out.empty();
-  for (const auto& f : fields) {
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields[i];
+    if (r.strip_inside && http::is_inside_field(r.info, f, i)) continue;
     // Connection-specific fields never go out on HTTP/2 (RFC 9113 8.2.2).
     if (f.id == http::FieldId::content_length) {
       if (r.no_body) add(f.name, f.value);  // HEAD and 304 describe the real body

@@ -2,6 +2,7 @@
 headers count only from trusted sources; from anyone else the route's
 defaults apply, the header is replaced upstream by what levee decided, and
 it is counted. X-Forwarded-For is appended to only from trusted sources."""
+import subprocess
 import unittest
 
 from harness import Backend, Levee, cluster
@@ -56,6 +57,26 @@ class Trust(unittest.TestCase):
         self.assertEqual(h["x-forwarded-for"], ["10.9.9.9, 127.0.0.1"])
         self.assertEqual(lv.metric("levee_untrusted_headers_total"), 0)
         self.assertEqual(lv.metric("levee_admitted_total", criticality="CRITICAL_PLUS", tenant="gold"), 1)
+
+    def test_load_reports_reach_trusted_clients_only(self):
+        # The backend reports its load (ORCA) on every response: levee reads
+        # it either way, and passes it on only to clients it trusts.
+        be = Backend(self, extra=["--orca", "text"])
+        for trust, passed in ((["127.0.0.0/8"], True), (["10.0.0.0/8"], False)):
+            lv = Levee(self, [cluster("app", [be.address])],
+                       listener={"trust": {"networks": trust}, "http2": {"enabled": True}})
+            c = lv.conn()
+            c.request("GET", "/")
+            r = c.getresponse()
+            r.read()
+            c.close()
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.getheader("endpoint-load-metrics") is not None, passed, trust)
+            # The same over HTTP/2 (curl, prior knowledge).
+            out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-D", "-", "--http2-prior-knowledge",
+                                  f"http://127.0.0.1:{lv.port}/"], capture_output=True, text=True, timeout=30)
+            self.assertIn("HTTP/2 200", out.stdout)
+            self.assertEqual("endpoint-load-metrics" in out.stdout.lower(), passed, (trust, out.stdout))
 
     def test_a_listener_off_loopback_trusts_nobody_by_default(self):
         lv = self.levee({"address": "0.0.0.0"})
