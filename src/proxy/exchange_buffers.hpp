@@ -4,8 +4,15 @@
 // keep-alive connection holds none of it.
 #pragma once
 
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <optional>
 #include <string>
+
+#include "core/net.hpp"
 
 #include "http/message.hpp"
 #include "http/parser.hpp"
@@ -53,6 +60,27 @@ struct ExchangeBuffers {
   std::size_t ip_off = 0;
 
   std::string_view client_text() const noexcept { return {client, client_len}; }
+  /// Writes "ip:port" ("[v6]:port") of the client into `client`, for logs
+  /// and X-Forwarded-For, whichever protocol carries the request.
+  void set_client(const core::Address& a, std::uint16_t port) noexcept {
+    char ip[INET6_ADDRSTRLEN] = {};
+    const bool v4 = a[10] == 0xff && a[11] == 0xff &&
+                    std::all_of(a.begin(), a.begin() + 10, [](std::uint8_t x) { return x == 0; });
+    if (v4) ::inet_ntop(AF_INET, a.data() + 12, ip, sizeof ip);
+    else ::inet_ntop(AF_INET6, a.data(), ip, sizeof ip);
+    const std::size_t iplen = std::strlen(ip);
+    std::size_t n = 0;
+    if (!v4) client[n++] = '[';
+    std::memcpy(client + n, ip, iplen);
+    ip_off = v4 ? 0 : 1;
+    ip_len = iplen;
+    n += iplen;
+    if (!v4) client[n++] = ']';
+    client[n++] = ':';
+    auto [p, ec] = std::to_chars(client + n, client + sizeof client, port);
+    (void)ec;
+    client_len = static_cast<std::size_t>(p - client);
+  }
   std::string_view client_ip() const noexcept { return {client + ip_off, ip_len}; }
 
   void reset() {

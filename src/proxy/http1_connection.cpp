@@ -203,27 +203,7 @@ awaitable<void> Http1Connection::lingering_close() {
   in_->clear();
 }
 
-void Http1Connection::format_client() {
-  auto& b = *b_;
-  char ip[INET6_ADDRSTRLEN] = {};
-  const auto& a = peer_.address;
-  const bool v4 = a[10] == 0xff && a[11] == 0xff &&
-                  std::all_of(a.begin(), a.begin() + 10, [](std::uint8_t x) { return x == 0; });
-  if (v4) ::inet_ntop(AF_INET, a.data() + 12, ip, sizeof ip);
-  else ::inet_ntop(AF_INET6, a.data(), ip, sizeof ip);
-  const std::size_t iplen = std::strlen(ip);
-  std::size_t n = 0;
-  if (!v4) b.client[n++] = '[';
-  std::memcpy(b.client + n, ip, iplen);
-  b.ip_off = v4 ? 0 : 1;
-  b.ip_len = iplen;
-  n += iplen;
-  if (!v4) b.client[n++] = ']';
-  b.client[n++] = ':';
-  auto [p, ec] = std::to_chars(b.client + n, b.client + sizeof b.client, peer_.port);
-  (void)ec;
-  b.client_len = static_cast<std::size_t>(p - b.client);
-}
+void Http1Connection::format_client() { b_->set_client(peer_.address, peer_.port); }
 
 awaitable<bool> Http1Connection::serve() {
   // Each request runs under the worker's Runtime of the moment (a reload
