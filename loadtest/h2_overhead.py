@@ -39,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import haproxy_cfg, levee_cfg, nginx_cfg  # noqa: E402
+from overhead import haproxy_cfg, levee_cfg, nginx_cfg, start_fronts  # noqa: E402
 from run import BUILD, Procs, free_port, machine, pin, start_static_backend, wait_port  # noqa: E402
 
 
@@ -121,29 +121,7 @@ def main():
     want = set(args.only.split(",")) if args.only else None
     try:
         be = start_static_backend(procs)
-        ports = {}
-        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-        for name, log in (("haproxy", False), ("haproxy-log", True)):
-            if want and name not in want:
-                continue
-            port = free_port()
-            cfg = os.path.join(procs.dir, name + ".cfg")
-            with open(cfg, "w") as f:
-                f.write(h2_haproxy_cfg(port, be, log))
-            out = open(os.path.join(procs.dir, name + "-access.log"), "w")
-            procs.items.append((name, subprocess.Popen(pin("0") + [haproxy, "-f", cfg], stdout=out,
-                                                       stderr=subprocess.DEVNULL, start_new_session=True)))
-            ports[name] = port
-        for name, log in (("nginx", False), ("nginx-log", True)):
-            if want and name not in want:
-                continue
-            port = free_port()
-            d = os.path.join(procs.dir, name)
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "px.conf"), "w") as f:
-                f.write(h2_nginx_cfg(d, port, be, log))
-            procs.start(pin("0") + ["nginx", "-p", d, "-c", os.path.join(d, "px.conf")], name)
-            ports[name] = port
+        ports = start_fronts(procs, be, want, h2_haproxy_cfg, h2_nginx_cfg)
         for name, log in (("levee", None), ("levee-log", os.path.join(procs.dir, "levee-access.log"))):
             if want and name not in want:
                 continue

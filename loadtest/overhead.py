@@ -98,6 +98,37 @@ def levee_cfg(port, admin, be, access_log):
 PAIRS = {"logs off": ("levee", "haproxy", "nginx"), "logs on": ("levee-log", "haproxy-log", "nginx-log")}
 
 
+def start_fronts(procs, be, want, haproxy_conf, nginx_conf):
+    """HAProxy and nginx, each with logs off and on, pinned to CPU 0 in
+    front of the backend `be`; configs from haproxy_conf(port, be, log) and
+    nginx_conf(dir, port, be, log). Returns {name: port} of those started
+    (all, or those in `want`)."""
+    ports = {}
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    for name, log in (("haproxy", False), ("haproxy-log", True)):
+        if want and name not in want:
+            continue
+        port = free_port()
+        cfg = os.path.join(procs.dir, name + ".cfg")
+        with open(cfg, "w") as f:
+            f.write(haproxy_conf(port, be, log))
+        out = open(os.path.join(procs.dir, name + "-access.log"), "w")
+        procs.items.append((name, subprocess.Popen(pin("0") + [haproxy, "-f", cfg], stdout=out,
+                                                   stderr=subprocess.DEVNULL, start_new_session=True)))
+        ports[name] = port
+    for name, log in (("nginx", False), ("nginx-log", True)):
+        if want and name not in want:
+            continue
+        port = free_port()
+        d = os.path.join(procs.dir, name)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "px.conf"), "w") as f:
+            f.write(nginx_conf(d, port, be, log))
+        procs.start(pin("0") + ["nginx", "-p", d, "-c", os.path.join(d, "px.conf")], name)
+        ports[name] = port
+    return ports
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=10)
@@ -117,28 +148,7 @@ def main():
     try:
         be = start_static_backend(procs)
         ports = {"direct": be}
-        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-        for name, log in (("haproxy", False), ("haproxy-log", True)):
-            if want and name not in want:
-                continue
-            port = free_port()
-            cfg = os.path.join(procs.dir, name + ".cfg")
-            with open(cfg, "w") as f:
-                f.write(haproxy_cfg(port, be, log))
-            out = open(os.path.join(procs.dir, name + "-access.log"), "w")
-            procs.items.append((name, subprocess.Popen(pin("0") + [haproxy, "-f", cfg], stdout=out,
-                                                       stderr=subprocess.DEVNULL, start_new_session=True)))
-            ports[name] = port
-        for name, log in (("nginx", False), ("nginx-log", True)):
-            if want and name not in want:
-                continue
-            port = free_port()
-            d = os.path.join(procs.dir, name)
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "px.conf"), "w") as f:
-                f.write(nginx_cfg(d, port, be, log))
-            procs.start(pin("0") + ["nginx", "-p", d, "-c", os.path.join(d, "px.conf")], name)
-            ports[name] = port
+        ports.update(start_fronts(procs, be, want, haproxy_cfg, nginx_cfg))
         levees = [("levee", None, args.levee), ("levee-log", os.path.join(procs.dir, "levee-access.log"), args.levee)]
         if args.baseline:
             levees.append(("levee-base", None, args.baseline))
