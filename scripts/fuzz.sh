@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(signals orca proxy_protocol config http_request http_response)
+  targets=(signals orca proxy_protocol config http_request http_response h2_request)
 fi
 
 cmake --preset fuzz >/dev/null

@@ -199,6 +199,25 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     read_duration(ctx, sm.take("early_exit"), sm.sub("early_exit"), s.early_exit, Duration::zero(), hours(24));
   }
   if (auto ln = m.take("load_report"); ln.IsDefined()) read_load_report(ctx, ln, m.sub("load_report"), c.load_report);
+  if (auto pn = m.take("protocol"); pn.IsDefined() && scalar(ctx, pn, m.sub("protocol"), "http1 or http2")) {
+    if (pn.Scalar() == "http1") c.protocol = ClusterConfig::Protocol::Http1;
+    else if (pn.Scalar() == "http2") c.protocol = ClusterConfig::Protocol::Http2;
+    else ctx.error(pn, m.sub("protocol"), "must be http1 or http2, not '" + pn.Scalar() + "'");
+  }
+  if (auto hn = m.take("http2"); hn.IsDefined()) {
+    auto& h = c.http2;
+    Map hm(ctx, hn, m.sub("http2"));
+    read_uint(ctx, hm.take("max_connections"), hm.sub("max_connections"), h.max_connections, 1, 64);
+    read_uint(ctx, hm.take("max_concurrent_streams"), hm.sub("max_concurrent_streams"), h.max_concurrent_streams, 1,
+              100000);
+    read_uint(ctx, hm.take("initial_window"), hm.sub("initial_window"), h.initial_window, 16 * 1024,
+              (1u << 31) - 1);
+  }
+  // Active health checks are HTTP/1.1 requests; an HTTP/2-only backend
+  // (a gRPC server) would fail them all. Passive outlier detection works.
+  if (c.protocol == ClusterConfig::Protocol::Http2 && c.health_check.enabled)
+    ctx.error(n["health_check"], m.sub("health_check"),
+              "is HTTP/1.1 only and this cluster speaks http2: leave it out (outlier_detection still ejects)");
   read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
   read_cluster_edge(ctx, m, c);  // tls: config/tls.cpp
 }

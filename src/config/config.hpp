@@ -277,6 +277,16 @@ struct ClusterConfig {
   /// Per-cluster quota overrides (tenant -> CPU-s/s); others use tenants.quotas.
   std::vector<std::pair<std::string, double>> quotas;
   UpstreamTlsConfig tls;  ///< config/tls.hpp
+  /// What levee speaks to the endpoints (docs/http2.md#upstream-http2):
+  /// HTTP/1.1, or HTTP/2 (prior knowledge in cleartext, ALPN h2 over TLS),
+  /// which gRPC backends need.
+  enum class Protocol : std::uint8_t { Http1, Http2 };
+  Protocol protocol = Protocol::Http1;
+  struct Http2Upstream {
+    std::uint32_t max_connections = 2;            ///< per endpoint and worker
+    std::uint32_t max_concurrent_streams = 256;   ///< per connection; the backend's SETTINGS may lower it
+    std::uint32_t initial_window = 64 * 1024;     ///< per stream, for response bodies
+  } http2;
 };
 
 /// TLS to Redis (issue 16). Redis asks for a client certificate by default
@@ -334,7 +344,19 @@ struct AdminConfig {
   /// loopback clients may act. Read at load (and at every reload).
   std::string token_file;
   std::string token;  ///< its contents (never shown)
+  /// The pages a client off loopback may read without the token: probes
+  /// and scrapes carry none. Every other page (the admin page, the JSON
+  /// views of clusters, config, info and stats) needs the token from off
+  /// loopback, as actions do.
+  std::vector<std::string> open_paths = {"/healthz", "/ready", "/metrics"};
 };
+
+/// The pages the admin listener answers GET for (and so the paths
+/// `admin.open_paths` may name): the control plane serves these, the
+/// loader checks against them.
+inline constexpr std::string_view kAdminPages[] = {"/healthz",     "/ready",         "/metrics",
+                                                   "/admin/",      "/admin/clusters", "/admin/config",
+                                                   "/admin/info",  "/admin/stats"};
 
 /// How hostnames in `endpoints` are resolved.
 struct ResolverConfig {

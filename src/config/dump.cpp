@@ -180,7 +180,10 @@ void admin(Json& j, const AdminConfig& a) {
       .kv("idle_timeout", a.idle_timeout)
       .kv("max_connections", a.max_connections)
       .kv("token_file", a.token_file)
-      .close();
+      .key("open_paths")
+      .open_list();
+  for (const auto& p : a.open_paths) j.v(p);
+  j.close_list().close();
 }
 
 void access_log(Json& j, const AccessLogConfig& a) {
@@ -362,7 +365,14 @@ void cluster(Json& j, const ClusterConfig& c) {
       .kv("response_timeout", c.response_timeout)
       .kv("idle_timeout", c.idle_timeout)
       .kv("max_idle", c.max_idle)
-      .kv("resolve_interval", c.resolve_interval);
+      .kv("resolve_interval", c.resolve_interval)
+      .kv("protocol", c.protocol == ClusterConfig::Protocol::Http2 ? "http2" : "http1")
+      .key("http2")
+      .open()
+      .kv("max_connections", c.http2.max_connections)
+      .kv("max_concurrent_streams", c.http2.max_concurrent_streams)
+      .kv("initial_window", c.http2.initial_window)
+      .close();
   const auto& a = c.admission;
   j.key("concurrency").open().kv("enabled", a.enabled).kv("dry_run", a.dry_run);
   if (a.limit.adaptive) {

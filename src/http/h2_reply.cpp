@@ -150,4 +150,11 @@ void h2_local_reply(const LocalReply& r, bool grpc, std::string_view request_id_
   if (r.head) body.clear();
 }
 
+bool grpc_message_whole(std::string_view body) noexcept {
+  if (body.size() < 5) return false;
+  const auto b = [&](std::size_t i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(body[i])); };
+  const std::uint32_t len = b(1) << 24 | b(2) << 16 | b(3) << 8 | b(4);
+  return body.size() - 5 >= len;
+}
+
 }  // namespace levee::http

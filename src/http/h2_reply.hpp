@@ -49,6 +49,9 @@ GrpcStatus grpc_status_of_http(int status) noexcept;
 /// Whether a request's content-type is gRPC's ("application/grpc",
 /// "application/grpc+proto", ...).
 bool is_grpc(std::string_view content_type) noexcept;
+/// Whether a gRPC body begins with a whole length-prefixed message (its
+/// 5-byte prefix and the bytes it announces).
+bool grpc_message_whole(std::string_view body) noexcept;
 
 struct H2Field {
   std::string name;   ///< lower case

@@ -146,16 +146,26 @@ void ResponseParser::on_stored(FieldId id, std::string_view name, std::string_vi
     if (info_.version < 11) ec = beast_http::error::bad_transfer_encoding;
     return;
   }
-  if (iequals(name, names_.load_report)) info_.load_report = at;
-  else if (iequals(name, names_.load_report_bin)) info_.load_report_bin = at;
-  else if (iequals(name, names_.no_retry) || iequals(name, "x-envoy-overloaded")) info_.no_retry = true;
-  else if (iequals(name, "grpc-retry-pushback-ms") && core::pushback_says_no_retry(value)) info_.no_retry = true;
+  note_response_field(info_, names_, name, value, at);
 }
 
 void ResponseParser::on_trailer(std::string_view name, std::string_view value) noexcept {
-  const bool bin = iequals(name, names_.load_report_bin);
-  if (!bin && !iequals(name, names_.load_report)) return;
-  auto& t = info_.trailer_load;
+  note_response_trailer(info_, names_, name, value);
+}
+
+void note_response_field(ResponseInfo& info, const ResponseSignals& names, std::string_view name,
+                         std::string_view value, int at) noexcept {
+  if (iequals(name, names.load_report)) info.load_report = at;
+  else if (iequals(name, names.load_report_bin)) info.load_report_bin = at;
+  else if (iequals(name, names.no_retry) || iequals(name, "x-envoy-overloaded")) info.no_retry = true;
+  else if (iequals(name, "grpc-retry-pushback-ms") && core::pushback_says_no_retry(value)) info.no_retry = true;
+}
+
+void note_response_trailer(ResponseInfo& info, const ResponseSignals& names, std::string_view name,
+                           std::string_view value) noexcept {
+  const bool bin = iequals(name, names.load_report_bin);
+  if (!bin && !iequals(name, names.load_report)) return;
+  auto& t = info.trailer_load;
   if (value.size() > t.data.size()) {
     t.truncated = true;
     return;

@@ -7,6 +7,11 @@
 // already removed) to a fixed BodySink that the caller flushes.
 #pragma once
 
+// Boost 1.83's beast/http/impl/field.ipp uses std::uint32_t without
+// including <cstdint>, which GCC 13's libstdc++ no longer brings in with
+// other headers (Debian 13, Ubuntu 24.04): it comes first.
+#include <cstdint>
+
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
 
@@ -172,6 +177,14 @@ struct ResponseSignals {
   std::string load_report_bin = "endpoint-load-metrics-bin";  ///< load_report + "-bin"
   std::string no_retry = "x-levee-no-retry";
 };
+
+/// What a response field tells levee (a load report's place, "don't
+/// retry"), whichever protocol carried it; `at`: its index in the head.
+void note_response_field(ResponseInfo& info, const ResponseSignals& names, std::string_view name,
+                         std::string_view value, int at) noexcept;
+/// A trailer field: a load report in it is copied out (trailers are not kept).
+void note_response_trailer(ResponseInfo& info, const ResponseSignals& names, std::string_view name,
+                           std::string_view value) noexcept;
 
 class ResponseParser : public StreamingParser<false, ResponseParser> {
  public:

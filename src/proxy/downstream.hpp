@@ -71,6 +71,14 @@ class Downstream {
   /// write; `last`: nothing follows.
   virtual awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) = 0;
   virtual awaitable<bool> send_body(std::string_view piece, bool last) = 0;
+  /// The end of the body with the upstream's trailer fields. HTTP/2
+  /// carries them (a gRPC status is there); HTTP/1.1 leaves them out.
+  /// strip_inside: an untrusted client gets no load report among them.
+  virtual awaitable<bool> send_trailers(const http::Head& trailers, bool strip_inside) {
+    (void)trailers;
+    (void)strip_inside;
+    co_return co_await send_body({}, true);
+  }
   /// An answer levee makes itself.
   virtual awaitable<bool> send_local(http::LocalReply& r) = 0;
 

@@ -6,7 +6,9 @@
 #include "core/admission.hpp"
 #include "core/headers.hpp"
 #include "core/orca.hpp"
+#include "http/h2_reply.hpp"
 #include "http/rewrite.hpp"
+#include "proxy/attempt.hpp"
 #include "proxy/io.hpp"
 #include "proxy/listener.hpp"
 #include "proxy/runtime.hpp"
@@ -19,26 +21,6 @@ using core::Reason;
 using core::TimePoint;
 namespace beast_http = boost::beast::http;
 
-/// One try at an endpoint, and what became of it.
-struct Exchange::Attempt {
-  std::uint32_t number = 1;  ///< x-attempt-count sent with it
-  std::size_t endpoint = core::kNoEndpoint;
-  bool reused = false;       ///< on a pooled connection
-  bool sent = false;         ///< some byte of the request was accepted by the socket
-  bool body_streamed = false;  ///< body bytes left levee beyond what the sink holds
-  TimePoint sent_at{};
-  TimePoint head_at{};
-  // The outcome: a response head, an upstream failure, or the client's end.
-  bool failed = false;
-  core::AttemptFailure failure = core::AttemptFailure::Reset;
-  UpstreamError error = UpstreamError::Reset;
-  std::optional<BodyRead> client;  ///< the client failed while its body was relayed
-  bool overloaded = false;         ///< 429/503 or an overload marker
-  bool head_read = false;          ///< the response head arrived (early, while the request was sent)
-  core::LoadReport load;
-  bool load_ok = false;
-};
-
 Exchange::Exchange(Worker& w, Listener& l, Downstream& d, ExchangeBuffers& b, TimePoint start)
     : w_(w), l_(l), d_(d), b_(b), rt_(l.runtime()), rec_(w, l, d, b, start), wait_(b.wait_timer, d) {
   executor = w.ctx.get_executor();
@@ -46,6 +28,7 @@ Exchange::Exchange(Worker& w, Listener& l, Downstream& d, ExchangeBuffers& b, Ti
 
 Exchange::~Exchange() {
   b_.watchdog.disarm();
+  if (call_) call_->release();
   unlink();
   // Members settle in reverse order: the upstream connection closes (or
   // was pooled), the fuse slot and the permit return, then the record.
@@ -54,6 +37,12 @@ Exchange::~Exchange() {
 void Exchange::on_deadline(Watchdog::Phase) noexcept {
   d_.cancel_io();
   if (up_) up_->stream.cancel();
+  if (call_) call_->abort();
+}
+
+void Exchange::drop_upstream() noexcept {
+  up_.reset();
+  if (call_) call_->release();
 }
 
 void Exchange::on_wake(const core::QueueGate::Wake& w) {
@@ -64,35 +53,10 @@ void Exchange::on_wake(const core::QueueGate::Wake& w) {
 void Exchange::on_client_gone() noexcept {
   client_gone_ = true;
   if (up_) up_->stream.cancel();
+  if (call_) call_->abort();
 }
 
 void Exchange::start_client_watch() { d_.watch(*this); }
-
-void Exchange::watch_upstream() {
-  b_.upstream_spoke = false;
-  b_.up_watch_target = &d_;
-  watch_upstream_once(++b_.up_watch_gen);
-}
-
-void Exchange::watch_upstream_once(std::uint64_t gen) {
-  ExchangeBuffers* b = &b_;
-  up_->stream.wait_readable([b, gen, this](error_code ec) {
-    if (ec || gen != b->up_watch_gen || b->up_watch_target == nullptr) return;
-    // Still watched, so this exchange and its connection are alive. A TLS
-    // record that held no data (a session ticket) is not the backend speaking.
-    if (up_->stream.poll(up_->buf) == Stream::Poll::Nothing) return watch_upstream_once(gen);
-    b->upstream_spoke = true;
-    b->up_watch_target->cancel_io();  // stop waiting for the client's body
-  });
-}
-
-void Exchange::unwatch_upstream() {
-  b_.up_watch_target = nullptr;
-  ++b_.up_watch_gen;
-  up_->stream.cancel();  // the pending wait, if it has not fired
-}
-
-// --- answers levee makes itself ----------------------------------------------
 
 awaitable<bool> Exchange::reject(const core::Decision& d) {
   auto& m = *rt_.metrics;
@@ -165,10 +129,15 @@ awaitable<bool> Exchange::run() {
   // A small body is read whole before admission, so a client trickling it
   // in holds no permit meanwhile (a larger one streams once admitted, at
   // the listener's minimum rate). A client waiting for "100 Continue" sends
-  // nothing before it is admitted.
+  // nothing before it is admitted. A gRPC call's body is read to the end
+  // of its first message: a streaming call sends the next ones only as
+  // answers come back.
   if (d_.has_body() && !d_.body_done() && !info.expect_continue) {
     arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Body);
-    while (!d_.body_done() && !b_.req_body.full()) {
+    const bool grpc = std::any_of(b_.req_head.fields().begin(), b_.req_head.fields().end(), [](const http::Field& f) {
+      return f.id == http::FieldId::content_type && http::is_grpc(f.value);
+    });
+    while (!d_.body_done() && !b_.req_body.full() && !(grpc && http::grpc_message_whole(b_.req_body.data()))) {
       const BodyRead r = co_await d_.read_body();
       if (r == BodyRead::Timeout) co_return co_await fail(now() >= cls_.deadline ? Reason::Deadline : Reason::RequestTimeout);
       if (r == BodyRead::Malformed) co_return co_await fail(Reason::BadRequest);
@@ -328,23 +297,27 @@ awaitable<bool> Exchange::forward() {
     if (now() >= cls_.deadline) co_return co_await fail(Reason::Deadline);
     Attempt a;
     a.number = attempts + 1;
-    a.endpoint = fuse_.fuse() ? fuse_.fuse()->pick(*cluster_) : w_.balancer.pick(*cluster_, avoid, w_.rng);
+    // The fuse chooses by its connections; over HTTP/2 it caps streams (its
+    // slots) and the balancer chooses, the connections being few anyway.
+    a.endpoint = fuse_.fuse() && !call_upstream() ? fuse_.fuse()->pick(*cluster_)
+                                                  : w_.balancer.pick(*cluster_, avoid, w_.rng);
     if (a.endpoint == core::kNoEndpoint) co_return co_await fail(Reason::NoEndpoint);
     rec_.endpoint = a.endpoint;
     rec_.attempts = a.number;
     Outstanding outstanding(*cluster_->endpoints[a.endpoint]);
-    co_await try_endpoint(a);
+    if (call_upstream()) co_await try_endpoint_h2(a);
+    else co_await try_endpoint(a);
     body_gone = body_gone || a.body_streamed;
     if (a.client) {
       // The client failed while its body was relayed: nobody is left to
       // answer, or it was too slow (408) or sent a bad body (400).
-      up_.reset();
+      drop_upstream();
       if (*a.client == BodyRead::Timeout) co_return co_await fail(Reason::RequestTimeout);
       if (*a.client == BodyRead::Malformed) co_return co_await fail(Reason::BadRequest);
       co_return co_await client_gone();
     }
     if (client_gone_) {
-      up_.reset();
+      drop_upstream();
       co_return co_await client_gone();
     }
 
@@ -356,7 +329,7 @@ awaitable<bool> Exchange::forward() {
     ctx.max_attempts = cc.retry.max_attempts;
     ctx.deadline = cls_.deadline;
     if (a.failed) {
-      up_.reset();
+      drop_upstream();
       ctx.failure = a.failure;
       if (a.failure != core::AttemptFailure::Stale) {
         ++attempts;
@@ -367,7 +340,7 @@ awaitable<bool> Exchange::forward() {
       ++attempts;
       ctx.failure = core::AttemptFailure::Overloaded;
     } else {
-      co_return co_await relay_response(a);
+      co_return co_await relay(a);
     }
     ctx.attempts = attempts;
     ctx.now = now();
@@ -375,12 +348,16 @@ awaitable<bool> Exchange::forward() {
     if (plan.retry && plan.budget && !cluster_->try_retry(ctx.now, attempts + 1)) plan.retry = false;
     if (!a.failed) {
       // A 503 that says nothing against a retry.
-      if (!plan.retry) co_return co_await relay_response(a);
+      if (!plan.retry) co_return co_await relay(a);
       report(a, core::Answer::Overloaded, true, a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
-      up_.reset();
+      drop_upstream();
     }
     if (!plan.retry) {
-      if (now() >= cls_.deadline) co_return co_await fail(a.failure == core::AttemptFailure::Timeout ? Reason::UpstreamTimeout : Reason::Deadline);
+      // A gRPC call whose own deadline (grpc-timeout) passed is DEADLINE_EXCEEDED
+      // to its client, whatever the backend was doing meanwhile.
+      if (now() >= cls_.deadline)
+        co_return co_await fail(a.failure == core::AttemptFailure::Timeout && !cls_.grpc_timeout ? Reason::UpstreamTimeout
+                                                                                                : Reason::Deadline);
       switch (a.failure) {
         case core::AttemptFailure::Connect: co_return co_await fail(Reason::UpstreamConnect);
         case core::AttemptFailure::Timeout: co_return co_await fail(Reason::UpstreamTimeout);
@@ -397,79 +374,14 @@ awaitable<bool> Exchange::forward() {
   }
 }
 
-awaitable<void> Exchange::try_endpoint(Attempt& a) {
-  const auto& cc = cluster_->cfg;
-  auto& m = *rt_.metrics;
-  Endpoint& ep = *cluster_->endpoints[a.endpoint];
-  const TimePoint t = now();
-  Fuse* fuse = fuse_.fuse();
-  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_) : w_.pool.take(*cluster_, a.endpoint, t);
-  if (up_) {
-    a.reused = true;
-  } else {
-    up_ = std::make_unique<UpstreamConn>(w_.ctx.get_executor(), *cluster_, a.endpoint,
-                                         ep.addr_generation.load(std::memory_order_acquire));
-    // Counted before connecting: nothing may open one more while this one connects.
-    if (fuse) fuse->note_open(*up_);
-    const auto addrs = ep.addresses();
-    error_code ec = asio::error::host_not_found;
-    if (!addrs.empty()) {
-      arm(std::min(cls_.deadline, t + cc.connect_timeout), Watchdog::Phase::Connect);
-      auto [cec, connected] = co_await asio::async_connect(up_->sock(), addrs, nothrow);
-      (void)connected;
-      ec = cec;
-    }
-    if (ec) {
-      a.failed = true;
-      a.failure = core::AttemptFailure::Connect;
-      a.error = UpstreamError::Connect;
-      co_return;
-    }
-    error_code ig;
-    up_->sock().set_option(tcp::no_delay(true), ig);
-    up_->sock().non_blocking(true, ig);
-    // TLS to the endpoint, within the same connect deadline (proxy/tls_context.cpp).
-    if (cluster_->tls && !co_await connect_tls(up_->stream, *cluster_->tls, ep.host)) {
-      a.failed = true;
-      a.failure = core::AttemptFailure::Connect;
-      a.error = UpstreamError::Connect;
-      co_return;
-    }
-    m.upstream_connects.inc(w_.index, cluster_->index);
-  }
-  ++up_->uses;
-  if (!co_await send_request(a)) co_return;
-  if (!a.head_read) co_await read_response_head(a);
-}
-
-awaitable<bool> Exchange::early_answer(Attempt& a) {
-  // The backend stopped reading the request and closed: it may have
-  // answered first (a 413 before the body, say), and its answer is worth
-  // more to the client than a 502. It is already in the socket, if at all.
-  if (!a.sent || b_.watchdog.expired()) co_return false;
-  const auto failure = a.failure;
-  const auto error = a.error;
-  a.failed = false;
-  arm(std::min(cls_.deadline, now() + std::chrono::milliseconds(200)), Watchdog::Phase::Upstream);
-  co_await read_response_head(a);
-  if (a.failed) {
-    a.failure = failure;
-    a.error = error;
-    co_return false;
-  }
-  a.head_read = true;
-  co_return true;
-}
-
-awaitable<bool> Exchange::send_request(Attempt& a) {
+void Exchange::write_head(Attempt& a, bool h2) {
   const auto& cc = cluster_->cfg;
   const auto& info = b_.req;
-  const TimePoint t = now();
   http::UpstreamHead u{b_.req_head, info, rt_.rewrite_names};
   u.client_ip = b_.client_ip();
   u.default_host = cluster_->endpoints[a.endpoint]->authority;
   if (info.request_id < 0) u.generated_id = rec_.request_id;
-  if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - t;
+  if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - now();
   u.grpc_timeout = cls_.grpc_timeout;
   u.attempt = a.number;
   untrusted_rewrite(u);  // proxy/trust.cpp
@@ -482,160 +394,24 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
     if (auto len = d_.body_length()) {
       u.framing = http::BodyFraming::Length;
       u.length = *len;
-    } else {
-      u.framing = http::BodyFraming::Chunked;
+    } else if (!h2) {
+      u.framing = http::BodyFraming::Chunked;  // HTTP/2 frames the body itself
     }
   }
-  const bool chunked = u.framing == http::BodyFraming::Chunked;
   b_.out.clear();
   http::write_upstream_head(b_.out, u);
-
-  // 100-continue: levee answers it itself, once the request is admitted and
-  // an upstream connection is ready.
-  if (b_.req.expect_continue && !d_.body_done() && !sent_continue_) {
-    sent_continue_ = true;
-    if (!co_await d_.send_continue()) {
-      a.client = BodyRead::Gone;
-      co_return false;
-    }
-  }
-
-  // The head and whatever body is already read, in one write.
-  arm(std::min(cls_.deadline, now() + cc.response_timeout), Watchdog::Phase::Upstream);
-  a.sent_at = now();
-  auto& sink = b_.req_body;
-  {
-    http::Buffers bufs;
-    char chunk_head[24];
-    bufs.push(asio::buffer(b_.out));
-    bufs.push_body(asio::buffer(sink.data()), chunked, chunk_head);
-    if (chunked && d_.body_done()) bufs.push_last_chunk();
-    auto [ec, n] = co_await up_->stream.write_all(bufs);
-    a.sent = n > 0;
-    if (ec) {
-      a.failed = true;
-      // A pooled connection the peer had closed, and nothing of this
-      // request went out: levee's artefact, not the backend's failure.
-      a.failure = a.reused && !a.sent ? core::AttemptFailure::Stale : core::AttemptFailure::Reset;
-      a.error = b_.watchdog.expired() ? UpstreamError::Timeout : UpstreamError::Reset;
-      if (b_.watchdog.expired()) a.failure = core::AttemptFailure::Timeout;
-      co_return co_await early_answer(a);
-    }
-  }
-  if (d_.body_done()) co_return true;
-
-  // The rest of the body, streamed through the fixed sink: from here on it
-  // cannot be replayed. While levee waits for more of it, the upstream is
-  // watched: a backend that answers early (a 413) and stops reading must
-  // not wait for a body the client may never finish.
-  a.body_streamed = true;
-  sink.clear();
-  for (;;) {
-    arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Body);
-    watch_upstream();
-    const BodyRead r = co_await d_.read_body();
-    const bool spoke = b_.upstream_spoke;
-    unwatch_upstream();
-    if (spoke) {
-      a.failed = true;
-      a.failure = core::AttemptFailure::Reset;
-      a.error = UpstreamError::Reset;
-      co_return co_await early_answer(a);
-    }
-    if (r != BodyRead::Data) {
-      a.client = r;
-      co_return false;
-    }
-    const bool done = d_.body_done();
-    http::Buffers bufs;
-    char chunk_head[24];
-    bufs.push_body(asio::buffer(sink.data()), chunked, chunk_head);
-    if (chunked && done) bufs.push_last_chunk();
-    if (!bufs.empty()) {
-      arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Upstream);
-      auto [ec, n] = co_await up_->stream.write_all(bufs);
-      sink.clear();
-      if (ec) {
-        a.failed = true;
-        a.failure = b_.watchdog.expired() ? core::AttemptFailure::Timeout : core::AttemptFailure::Reset;
-        a.error = b_.watchdog.expired() ? UpstreamError::Timeout : UpstreamError::Reset;
-        co_return co_await early_answer(a);
-      }
-    }
-    if (done) co_return true;
-  }
 }
 
-awaitable<void> Exchange::read_response_head(Attempt& a) {
-  const auto& cc = cluster_->cfg;
-  auto& m = *rt_.metrics;
-  arm(std::min(cls_.deadline, a.sent_at + cc.response_timeout), Watchdog::Phase::Upstream);
-  // Watch the client while the backend works: one that leaves frees the
-  // backend's connection and the permit at once. Watching costs a reactor
-  // re-arm, so the worker's sweep starts it only for waits past 10 ms.
-  w_.upstream_waits.push(*this, a.sent_at);
-  bool got_bytes = false;
-  for (;;) {
-    b_.resp_head.reset();
-    b_.resp = http::ResponseInfo{};
-    b_.resp_body.clear();
-    b_.resp_parser.emplace(b_.resp_head, b_.resp, b_.resp_body, rt_.response_signals);
-    auto& rp = *b_.resp_parser;
-    rp.header_limit(64 * 1024);
-    if (b_.req.method == http::Verb::head) rp.skip(true);
-    while (!rp.is_header_done()) {
-      if (!up_->buf.empty()) {
-        error_code ec;
-        const std::size_t n = rp.put(up_->buf.cbuf(), ec);
-        up_->buf.consume(n);
-        if (rp.is_header_done()) break;
-        if (ec && ec != beast_http::error::need_more) {
-          a.failed = true;
-          a.failure = core::AttemptFailure::Reset;
-          a.error = UpstreamError::Protocol;
-          break;
-        }
-      }
-      auto buf = up_->buf.prepare();
-      if (buf.size() == 0) {  // a head larger than the buffer: the parser's limit stops it first
-        a.failed = true;
-        a.failure = core::AttemptFailure::Reset;
-        a.error = UpstreamError::Protocol;
-        break;
-      }
-      auto [ec, n] = co_await up_->stream.read_some(buf);
-      if (ec) {
-        a.failed = true;
-        if (b_.watchdog.expired()) {
-          a.failure = core::AttemptFailure::Timeout;
-          a.error = UpstreamError::Timeout;
-        } else {
-          a.failure = a.reused && !got_bytes ? core::AttemptFailure::Stale : core::AttemptFailure::Reset;
-          a.error = UpstreamError::Reset;
-        }
-        break;
-      }
-      got_bytes = true;
-      up_->buf.commit(n);
-    }
-    if (a.failed) break;
-    // 1xx (other than 101) are informational: skip them, the final answer
-    // follows. A 101 answers an upgrade nobody asked for (levee forwards
-    // none): the connection now speaks something else.
-    const int status = b_.resp.status;
-    if (status == 101) {
-      a.failed = true;
-      a.failure = core::AttemptFailure::Reset;
-      a.error = UpstreamError::Protocol;
-      break;
-    }
-    if (status >= 100 && status < 200) continue;
-    break;
-  }
-  unlink();  // out of the worker's list of upstream waits
-  d_.unwatch();
-  if (a.failed) co_return;
+bool Exchange::continue_due() noexcept {
+  // 100-continue: levee answers it itself, once the request is admitted and
+  // an upstream connection is ready.
+  if (!b_.req.expect_continue || d_.body_done() || sent_continue_) return false;
+  sent_continue_ = true;
+  return true;
+}
 
+void Exchange::note_response_head(Attempt& a) {
+  auto& m = *rt_.metrics;
   a.head_at = now();
   const int status = b_.resp.status;
   rec_.upstream_ms = core::to_seconds(a.head_at - a.sent_at) * 1e3;
@@ -647,109 +423,36 @@ awaitable<void> Exchange::read_response_head(Attempt& a) {
   a.overloaded = status == 429 || status == 503 || b_.resp.no_retry;
 }
 
-awaitable<bool> Exchange::relay_response(Attempt& a) {
-  const auto& cc = cluster_->cfg;
-  auto& rp = *b_.resp_parser;
-  auto& sink = b_.resp_body;
-  const int status = b_.resp.status;
-  const bool no_body = b_.req.method == http::Verb::head || status == 204 || status == 304 ||
-                       (status >= 100 && status < 200);
-  ResponseStart start{b_.resp_head, b_.resp, no_body, std::nullopt};
-  if (!rp.chunked()) {
-    if (auto len = rp.content_length()) start.length = *len;
-  }
+void Exchange::settle_attempt(Attempt& a, TimePoint at, bool upstream_ok) {
+  // gRPC servers report load in trailers: the later report wins.
+  if (const auto& t = b_.resp.trailer_load; t.size > 0) read_load_report(a, t.value(), t.bin);
+  else if (t.truncated) rt_.metrics->load_report_errors.inc(w_.index, cluster_->index);
+  report(a, a.overloaded ? core::Answer::Overloaded : core::Answer::Accepted, b_.resp.status >= 500 || !upstream_ok,
+         a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
+  if (permit_) permit_.finish(at, core::QueueGate::Sample{a.head_at - a.sent_at, in_flight_at_start_, a.overloaded});
+}
+
+void Exchange::finish_start(ResponseStart& start, const Attempt& a) {
   // levee gave up below because of overload: tell the caller not to retry either.
   start.no_retry = a.overloaded && a.number > 1 && !b_.resp.no_retry;
   // What describes the inside (load reports, Server) stays inside.
   start.strip_inside = !cls_.trusted;
-  rec_.status = status;
+  rec_.status = b_.resp.status;
+}
 
-  // The backend is done once its response is whole: the permit, the
-  // connection and the fuse slot go back before the client is written to,
-  // so the next request is on its way sooner. Streamed responses settle at
-  // their end.
-  bool settled = false;
-  auto settle = [&](TimePoint at, bool upstream_ok) {
-    if (settled) return;
-    settled = true;
-    // gRPC servers report load in trailers: the later report wins.
-    if (const auto& t = b_.resp.trailer_load; t.size > 0) read_load_report(a, t.value(), t.bin);
-    else if (t.truncated) rt_.metrics->load_report_errors.inc(w_.index, cluster_->index);
-    report(a, a.overloaded ? core::Answer::Overloaded : core::Answer::Accepted, status >= 500 || !upstream_ok,
-           a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
-    if (permit_) permit_.finish(at, core::QueueGate::Sample{a.head_at - a.sent_at, in_flight_at_start_, a.overloaded});
-    // Back to the pool only if the response ended exactly where its framing
-    // said and nothing more arrived after it.
-    if (upstream_ok && rp.is_done() && rp.keep_alive() && up_->buf.empty()) {
-      if (Fuse* f = up_->fuse) f->put(std::move(up_), at);
-      else w_.pool.put(std::move(up_), at);
-    } else {
-      up_.reset();
-    }
-    fuse_.reset();
-  };
-  if (rp.is_done()) settle(a.head_at, true);
+void Exchange::note_relay_failure(const Attempt& a) {
+  // The answer broke off upstream (reset, or its gap or the deadline passed).
+  const bool timeout = b_.watchdog.expired();
+  rt_.metrics->upstream_error(w_.index, cluster_->index, a.endpoint,
+                              timeout ? UpstreamError::Timeout : UpstreamError::Reset);
+  rec_.reason = timeout ? Reason::UpstreamTimeout : Reason::UpstreamReset;
+}
 
-  bool last_sent = rp.is_done();
-  // Writing the answer counts against the request's deadline too (the
-  // connection adds its own gap and minimum-rate limits).
-  arm(cls_.deadline, Watchdog::Phase::Write);
-  bool client_ok = co_await d_.send_response(start, sink.data(), last_sent);
-  sink.clear();
-  bool upstream_ok = true;
-  while (client_ok && !rp.is_done()) {
-    if (!up_->buf.empty()) {
-      error_code ec;
-      const std::size_t n = rp.put(up_->buf.cbuf(), ec);
-      up_->buf.consume(n);
-      const bool more = ec == beast_http::error::need_more;  // e.g. half a chunk header
-      if (ec && !more && ec != beast_http::error::need_buffer) {
-        upstream_ok = false;
-        break;
-      }
-      if (sink.size() > 0) {
-        if (rp.is_done()) settle(now(), true);
-        last_sent = rp.is_done();
-        arm(cls_.deadline, Watchdog::Phase::Write);
-        client_ok = co_await d_.send_body(sink.data(), last_sent);
-        sink.clear();
-        continue;
-      }
-      if (rp.is_done()) break;
-      if (n > 0 && !more && !up_->buf.empty()) continue;  // progress was made: parse on
-    }
-    auto buf = up_->buf.prepare();
-    if (buf.size() == 0) {  // no progress possible: a framing element larger than the buffer
-      upstream_ok = false;
-      break;
-    }
-    arm(std::min(cls_.deadline, now() + cc.response_timeout), Watchdog::Phase::Response);
-    auto [ec, n] = co_await up_->stream.read_some(buf);
-    if (ec) {
-      if (ec == asio::error::eof && rp.need_eof()) {
-        error_code pec;
-        rp.put_eof(pec);
-        break;
-      }
-      upstream_ok = false;
-      break;
-    }
-    up_->buf.commit(n);
-  }
-  const bool complete = upstream_ok && rp.is_done();
-  if (complete) settle(now(), true);
-  if (client_ok && complete && !last_sent) {
-    arm(cls_.deadline, Watchdog::Phase::Write);
-    client_ok = co_await d_.send_body({}, true);
-  }
-  if (!upstream_ok) {
-    auto& m = *rt_.metrics;
-    const bool timeout = b_.watchdog.expired();
-    m.upstream_error(w_.index, cluster_->index, a.endpoint, timeout ? UpstreamError::Timeout : UpstreamError::Reset);
-    rec_.reason = timeout ? Reason::UpstreamTimeout : Reason::UpstreamReset;
-  }
-  settle(now(), upstream_ok);
-  co_return client_ok && complete;
+awaitable<bool> Exchange::relay(Attempt& a) {
+  // (Not a conditional expression of two awaitables: GCC 12 destroys such
+  // temporaries twice.)
+  if (call_upstream()) co_return co_await relay_response_h2(a);
+  co_return co_await relay_response(a);
 }
 
 }  // namespace levee::proxy

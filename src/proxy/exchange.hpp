@@ -83,7 +83,29 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   void watch_upstream();
   void watch_upstream_once(std::uint64_t gen);
   void unwatch_upstream();
+  awaitable<bool> relay(Attempt& a);  ///< the response, by the attempt's protocol
   awaitable<bool> relay_response(Attempt& a);
+  /// The head for the upstream (one writer for both protocols) into b_.out.
+  void write_head(Attempt& a, bool h2);
+  /// A 100 Continue is due to the client now (and counted as sent).
+  bool continue_due() noexcept;
+  /// A response head arrived: latency, counts, the load report.
+  void note_response_head(Attempt& a);
+  /// The backend is done: report, permit back.
+  void settle_attempt(Attempt& a, core::TimePoint at, bool upstream_ok);
+  /// What both relays add to the response head: don't-retry, the trust
+  /// boundary's stripping, the record's status.
+  void finish_start(ResponseStart& start, const Attempt& a);
+  /// The answer broke off upstream: counted, and the record's reason.
+  void note_relay_failure(const Attempt& a);
+  /// Closes (HTTP/1.1) or resets (HTTP/2) what the attempt holds upstream.
+  void drop_upstream() noexcept;
+  // HTTP/2 upstream (exchange_h2.cpp).
+  bool call_upstream() const noexcept;
+  awaitable<void> try_endpoint_h2(Attempt& a);
+  awaitable<bool> send_body_h2(Attempt& a);
+  awaitable<bool> relay_response_h2(Attempt& a);
+  awaitable<void> pump_body_h2();
 
   awaitable<bool> reject(const core::Decision& d);
   awaitable<bool> fail(core::Reason r, std::string_view detail = {});
@@ -110,11 +132,17 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   Permit permit_;
   FuseSlot fuse_;
   std::unique_ptr<UpstreamConn> up_;
+  H2Call* call_ = nullptr;  ///< the HTTP/2 attempt's stream (in b_), when the cluster speaks http2
   AdmissionWait wait_;
   core::QueueGate::Wake wake_{};
   std::uint32_t in_flight_at_start_ = 0;
   bool client_gone_ = false;
   bool sent_continue_ = false;
+  bool h2_stale_retried_ = false;  ///< an HTTP/2 attempt was retried once for free
+  bool h2_body_open_ = false;      ///< the answer began before the request body ended
+  bool h2_pump_running_ = false;   ///< pump_body_h2 runs beside the relay
+  bool h2_pump_stop_ = false;
+  bool h2_sink_unsent_ = false;    ///< the request sink holds body the pump must send first
   bool answered_keep_ = false;  ///< when admission answered: the connection may carry on
 };
 

@@ -17,6 +17,7 @@
 #include "http/message.hpp"
 #include "http/parser.hpp"
 #include "proxy/asio.hpp"
+#include "proxy/http2_upstream.hpp"
 #include "proxy/watchdog.hpp"
 
 namespace levee::proxy {
@@ -45,6 +46,7 @@ struct ExchangeBuffers {
   std::optional<http::ResponseParser> resp_parser;  ///< HTTP/1.1 upstream
   Watchdog watchdog;
   Timer wait_timer;  ///< admission waits and retry backoff
+  std::unique_ptr<H2Call> h2;  ///< the stream of an HTTP/2 attempt, made on first use
   // While a request body streams: whether the upstream spoke (an early
   // answer, or its close). Here, not in the exchange, because the wait's
   // handler may run after the exchange is gone; these outlive it.

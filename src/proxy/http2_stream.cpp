@@ -21,7 +21,12 @@ namespace levee::proxy {
 using core::iequals;
 
 H2Stream::H2Stream(Http2Connection& c, std::int32_t id, std::unique_ptr<ExchangeBuffers> b)
-    : c_(c), id_(id), b_(std::move(b)), ev_(c.w_.ctx.get_executor()), start_(now()) {}
+    : c_(c),
+      id_(id),
+      b_(std::move(b)),
+      waits_{Wait{Timer(c.w_.ctx.get_executor())}, Wait{Timer(c.w_.ctx.get_executor())}},
+      start_(now()),
+      req_(b_->req_head, b_->req, c.max_header_bytes_, c.w_.rt->rewrite_names.request_id) {}
 
 H2Stream::~H2Stream() {
   queued(false);
@@ -32,72 +37,11 @@ const Peer& H2Stream::peer() const noexcept { return c_.peer_; }
 
 // --- the request, as nghttp2 decodes it ------------------------------------------
 
-bool H2Stream::on_header(std::string_view name, std::string_view value) {
-  // The decoded size as SETTINGS_MAX_HEADER_LIST_SIZE counts it. Past the
-  // limit nothing more is kept (the request gets 431); far past it the
-  // stream is reset at once.
-  header_bytes_ += name.size() + value.size() + 32;
-  if (header_bytes_ > 4ull * c_.max_header_bytes_) return false;
-  if (header_bytes_ > c_.max_header_bytes_) {
-    too_large_ = true;
-    return true;
-  }
-  auto& h = b_->req_head;
-  auto& info = b_->req;
-  if (!name.empty() && name[0] == ':') {
-    if (name == ":method") {
-      info.method_str = h.store(value);
-      info.method = boost::beast::http::string_to_verb(value);
-    } else if (name == ":path") {
-      info.target = h.store(value);
-    } else if (name == ":authority") {
-      if (!http::valid_authority(value)) bad_ = true;
-      info.authority = h.store(value);
-    }
-    return true;  // :scheme, :protocol: not needed
-  }
-  // HTTP/2 has no 100-continue of its own here, and te is hop-by-hop.
-  if (name == "expect" || name == "te") return true;
-  if (name == "cookie") {
-    // Split into crumbs for HPACK; one field again for HTTP/1.1 (RFC 9113 8.2.3).
-    if (!cookie_.empty()) cookie_.append("; ");
-    cookie_.append(value);
-    return true;
-  }
-  const auto id = boost::beast::http::string_to_field(name);
-  const int at = static_cast<int>(h.fields().size());
-  if (!h.add(id, name, value)) {
-    too_many_ = true;
-    return true;
-  }
-  switch (id) {
-    case http::FieldId::host:
-      if (info.host >= 0 || !http::valid_authority(core::trim(value))) bad_ = true;
-      info.host = at;
-      return true;
-    case http::FieldId::via: info.via = at; return true;
-    case http::FieldId::content_type: grpc_ = http::is_grpc(value); return true;
-    case http::FieldId::content_length: {
-      std::uint64_t n = 0;
-      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc{} || p != value.data() + value.size()) bad_ = true;
-      else length_ = n;
-      return true;
-    }
-    default: break;
-  }
-  if (iequals(name, "x-forwarded-for")) info.xff = at;
-  else if (iequals(name, c_.w_.rt->rewrite_names.request_id)) info.request_id = at;
-  return true;
-}
+bool H2Stream::on_header(std::string_view name, std::string_view value) { return req_.field(name, value); }
 
 void H2Stream::on_headers_done(bool end_stream) {
-  if (!cookie_.empty() && !too_large_ && !b_->req_head.add(http::FieldId::cookie, "cookie", cookie_)) too_many_ = true;
-  cookie_.clear();
-  b_->req.version = 20;
-  has_body_ = !end_stream;
+  req_.done(end_stream);
   end_in_ = end_stream;
-  if (!has_body_) length_.reset();
 }
 
 void H2Stream::on_data(const char* data, std::size_t n) {
@@ -125,32 +69,48 @@ void H2Stream::on_close(std::uint32_t) {
     // it leaves the queue now, and nothing goes upstream.
     std::exchange(watcher_, nullptr)->on_client_gone();
   }
-  if (waiting_) aborted_ = true;
+  for (auto& w : waits_)
+    if (w.waiting) w.aborted = true;
   notify();
 }
 
 // --- the request body ------------------------------------------------------------
 
-awaitable<void> H2Stream::wait() {
-  ev_.expires_at(Timer::time_point::max());
-  waiting_ = true;
-  aborted_ = false;
-  co_await ev_.async_wait(nothrow);
-  waiting_ = false;
+awaitable<void> H2Stream::wait(Wait& w) {
+  // The body read and the answer's writes wait apart: an exchange may do
+  // both at once (a request body still streaming up while the answer
+  // comes down), and re-arming one timer would cancel the other's wait.
+  w.timer.expires_at(Timer::time_point::max());
+  w.waiting = true;
+  w.aborted = false;
+  co_await w.timer.async_wait(nothrow);
+  w.waiting = false;
 }
 
 void H2Stream::cancel_io() noexcept {
-  if (!waiting_) return;
-  aborted_ = true;
-  notify();
+  bool any = false;
+  for (auto& w : waits_)
+    if (w.waiting) any = w.aborted = true;
+  if (any) notify();
+}
+
+core::TimePoint H2Stream::rate_deadline(core::TimePoint start, std::uint64_t bytes) const noexcept {
+  // The listener's minimum data rate, as over HTTP/1.1: the n-th byte is
+  // due by start + grace + n / min_rate. Not for gRPC, whose streaming
+  // calls are quiet for as long as the conversation wants.
+  if (c_.min_rate_ == 0 || req_.grpc()) return core::TimePoint::max();
+  return start + c_.min_rate_grace_ +
+         core::from_seconds(static_cast<double>(bytes) / static_cast<double>(c_.min_rate_));
 }
 
 awaitable<BodyRead> H2Stream::read_body() {
   auto& sink = b_->req_body;
+  if (body_start_ == core::TimePoint{}) body_start_ = now();
   for (;;) {
     if (in_off_ < in_.size()) {
       const std::size_t n = sink.put(std::string_view(in_).substr(in_off_));
       in_off_ += n;
+      body_taken_ += n;
       if (n > 0 && !closed_ && !c_.closed_) {
         // Taken: the client may send as much again.
         nghttp2_session_consume_stream(c_.s_, id_, n);
@@ -160,14 +120,17 @@ awaitable<BodyRead> H2Stream::read_body() {
     }
     if (body_done() || sink.full()) co_return BodyRead::Data;
     if (closed_) co_return BodyRead::Gone;
-    co_await wait();
-    if (aborted_) co_return b_->watchdog.expired() ? BodyRead::Timeout : BodyRead::Gone;
+    // The next byte is due by the minimum rate (within the exchange's gap and deadline).
+    b_->watchdog.arm_at_most(rate_deadline(body_start_, body_taken_ + 1), Watchdog::Phase::Body, *this);
+    co_await wait(waits_[kRead]);
+    if (waits_[kRead].aborted) co_return b_->watchdog.expired() ? BodyRead::Timeout : BodyRead::Gone;
   }
 }
 
 // --- the answer ------------------------------------------------------------------
 
 long H2Stream::read_answer(std::uint8_t* buf, std::size_t length, std::uint32_t* flags) {
+  c_.earn_control(2);  // a DATA frame: a stream and a connection WINDOW_UPDATE may answer it
   const std::size_t n = std::min(length, piece_.size() - piece_off_);
   if (n > 0) std::memcpy(buf, piece_.data() + piece_off_, n);
   piece_off_ += n;
@@ -176,6 +139,18 @@ long H2Stream::read_answer(std::uint8_t* buf, std::size_t length, std::uint32_t*
     if (piece_last_) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
       response_done_ = true;
+      if (trailers_pending_) {
+        // The stream ends with the trailers' HEADERS frame, not this DATA.
+        trailers_pending_ = false;
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        thread_local std::vector<nghttp2_nv> nv;
+        nv.clear();
+        for (const auto& f : trailer_fields_)
+          nv.push_back(nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.name.data())),
+                                  reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.value.data())), f.name.size(),
+                                  f.value.size(), NGHTTP2_NV_FLAG_NONE});
+        nghttp2_submit_trailer(c_.s_, id_, nv.data(), nv.size());
+      }
     }
     if (!piece_written_) c_.copied_.push_back(id_);  // done once this write is in the socket
     if (n == 0 && !piece_last_) return NGHTTP2_ERR_DEFERRED;
@@ -191,12 +166,16 @@ void H2Stream::on_piece_written() {
 
 awaitable<bool> H2Stream::send_piece() {
   const core::Duration gap = c_.body_timeout_;
+  // Each piece drains within the gap and at the minimum rate (a client
+  // that holds its window shut is as slow as one that does not read).
+  const auto t = now();
+  const auto due = std::min(t + gap, rate_deadline(t, piece_.size()));
   for (;;) {
     if (piece_written_) co_return true;
     if (closed_ || c_.closed_) co_return false;
-    b_->watchdog.arm_at_most(now() + gap, Watchdog::Phase::Write, *this);
-    co_await wait();
-    if (aborted_ && !piece_written_) co_return false;
+    b_->watchdog.arm_at_most(due, Watchdog::Phase::Write, *this);
+    co_await wait(waits_[kWrite]);
+    if (waits_[kWrite].aborted && !piece_written_) co_return false;
   }
 }
 
@@ -268,11 +247,42 @@ awaitable<bool> H2Stream::send_body(std::string_view piece, bool last) {
   co_return co_await send_piece();
 }
 
+awaitable<bool> H2Stream::send_continue() {
+  // An informational HEADERS frame: the client may send its body now.
+  if (closed_ || c_.closed_) co_return false;
+  const nghttp2_nv nv[] = {{reinterpret_cast<std::uint8_t*>(const_cast<char*>(":status")),
+                            reinterpret_cast<std::uint8_t*>(const_cast<char*>("100")), 7, 3, NGHTTP2_NV_FLAG_NONE}};
+  const int rv = nghttp2_submit_headers(c_.s_, NGHTTP2_FLAG_NONE, id_, nullptr, nv, 1, nullptr);
+  c_.kick();
+  co_return rv == 0;
+}
+
+awaitable<bool> H2Stream::send_trailers(const http::Head& t, bool strip_inside) {
+  if (closed_ || c_.closed_) co_return false;
+  const auto& sig = c_.w_.rt->response_signals;
+  trailer_fields_.clear();
+  for (const auto& f : t.fields()) {
+    if (f.name.empty() || f.name[0] == ':' || http::is_hop_by_hop(f)) continue;
+    if (strip_inside && (iequals(f.name, sig.load_report) || iequals(f.name, sig.load_report_bin))) continue;
+    http::H2Field h{std::string(f.name), std::string(f.value)};
+    for (auto& ch : h.name) ch = core::ascii_lower(ch);
+    trailer_fields_.push_back(std::move(h));
+  }
+  trailers_pending_ = !trailer_fields_.empty();
+  piece_ = {};
+  piece_off_ = 0;
+  piece_last_ = true;
+  piece_written_ = false;
+  nghttp2_session_resume_data(c_.s_, id_);
+  c_.kick();
+  co_return co_await send_piece();
+}
+
 awaitable<bool> H2Stream::send_local(http::LocalReply& r) {
   r.head = b_->req.method == http::Verb::head;
   const auto& rt = *c_.w_.rt;
   const std::string_view id = rt.cfg->headers.return_request_id ? b_->request_id_out : std::string_view{};
-  http::h2_local_reply(r, grpc_, rt.rewrite_names.request_id, id, fields_, local_body_);
+  http::h2_local_reply(r, req_.grpc(), rt.rewrite_names.request_id, id, fields_, local_body_);
   piece_ = local_body_;
   piece_off_ = 0;
   piece_last_ = true;
@@ -317,10 +327,10 @@ awaitable<void> H2Stream::run(std::shared_ptr<Http2Connection> keep) {
       format_client();
       auto& info = b_->req;
       Exchange ex(c_.w_, *l, *this, *b_, start_);
-      if (too_large_ || too_many_) {
-        if (too_large_) c_.count(H2Limit::HeaderList);
+      if (req_.too_large() || req_.too_many()) {
+        if (req_.too_large()) c_.count(H2Limit::HeaderList);
         co_await ex.refuse(core::Reason::HeaderTooLarge);
-      } else if (bad_ || info.method_str.empty() || info.target.empty() ||
+      } else if (req_.bad() || info.method_str.empty() || info.target.empty() ||
                  (info.authority.empty() && info.host < 0)) {
         co_await ex.refuse(core::Reason::BadRequest);
       } else if (info.method == http::Verb::connect) {

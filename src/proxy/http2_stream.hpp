@@ -6,6 +6,7 @@
 // send completing once the piece has been handed to the socket.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "http/h2_reply.hpp"
+#include "http/h2_request.hpp"
 #include "proxy/downstream.hpp"
 #include "proxy/exchange_buffers.hpp"
 #include "proxy/watchdog.hpp"
@@ -43,13 +45,14 @@ class H2Stream final : public Downstream, public Watchdog::Target {
 
   // Downstream
   const Peer& peer() const noexcept override;
-  bool has_body() const noexcept override { return has_body_; }
-  std::optional<std::uint64_t> body_length() const noexcept override { return length_; }
+  bool has_body() const noexcept override { return req_.has_body(); }
+  std::optional<std::uint64_t> body_length() const noexcept override { return req_.length(); }
   bool body_done() const noexcept override { return end_in_ && in_off_ == in_.size(); }
   awaitable<BodyRead> read_body() override;
-  awaitable<bool> send_continue() override { co_return !closed_; }
+  awaitable<bool> send_continue() override;
   awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) override;
   awaitable<bool> send_body(std::string_view piece, bool last) override;
+  awaitable<bool> send_trailers(const http::Head& trailers, bool strip_inside) override;
   awaitable<bool> send_local(http::LocalReply& r) override;
   void watch(ClientWatch& w) override;
   void unwatch() noexcept override;
@@ -66,31 +69,36 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   bool answered() const noexcept { return response_done_; }
 
  private:
+  struct Wait {
+    Timer timer;
+    bool waiting = false;
+    bool aborted = false;
+  };
+  static constexpr std::size_t kRead = 0, kWrite = 1;
   /// Waits for a notify() (data, a written piece, the stream's end, a cancel).
-  awaitable<void> wait();
-  void notify() noexcept { ev_.cancel(); }
+  awaitable<void> wait(Wait& w);
+  void notify() noexcept {
+    for (auto& w : waits_) w.timer.cancel();
+  }
   /// Hands `piece` to the provider and waits until it is in the socket.
   awaitable<bool> send_piece();
+  /// When the n-th byte from `start` is due at the listener's minimum rate.
+  core::TimePoint rate_deadline(core::TimePoint start, std::uint64_t bytes) const noexcept;
   awaitable<bool> submit(const std::vector<http::H2Field>& fields, bool with_body);
   void format_client();
 
   Http2Connection& c_;
   const std::int32_t id_;
   std::unique_ptr<ExchangeBuffers> b_;
-  Timer ev_;
+  std::array<Wait, 2> waits_;  ///< [kRead] the body read, [kWrite] the answer's writes
   core::TimePoint start_{};
   ClientWatch* watcher_ = nullptr;
   bool queued_ = false;  ///< its exchange waits in admission (counted in the connection's queued_)
   // The request.
-  std::size_t header_bytes_ = 0;
-  bool too_large_ = false;
-  bool too_many_ = false;
-  bool bad_ = false;
-  bool grpc_ = false;
-  bool has_body_ = false;
+  http::H2RequestDecoder req_;
   bool end_in_ = false;
-  std::optional<std::uint64_t> length_;
-  std::string cookie_;    ///< the cookie crumbs, joined
+  core::TimePoint body_start_{};  ///< the exchange's first body read (the upload's rate counts from it)
+  std::uint64_t body_taken_ = 0;
   std::string in_;        ///< received body the exchange has not taken
   std::size_t in_off_ = 0;
   // The answer.
@@ -102,10 +110,10 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   bool response_done_ = false;
   std::string local_body_;
   std::vector<http::H2Field> fields_;
+  std::vector<http::H2Field> trailer_fields_;  ///< submitted when the last piece is copied
+  bool trailers_pending_ = false;
   // State.
   bool closed_ = false;
-  bool waiting_ = false;
-  bool aborted_ = false;
   std::uint64_t rx_ = 0;
   std::uint64_t tx_ = 0;
 };

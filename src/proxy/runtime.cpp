@@ -95,7 +95,8 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w, std::sh
     clusters.push_back(std::make_unique<Cluster>(cc, i, std::move(admission), config::endpoint_policy(cc),
                                                  expand_endpoints(cc, discovered), workers, t0,
                                                  previous ? previous->cluster(cc.name) : nullptr));
-    if (cc.tls.enabled) clusters.back()->tls = client_tls(cc.tls, cfg->source);
+    if (cc.tls.enabled)
+      clusters.back()->tls = client_tls(cc.tls, cfg->source, cc.protocol == config::ClusterConfig::Protocol::Http2);
     labels.clusters.push_back(cc.name);
     labels.endpoint_base.push_back(labels.endpoints.size());
     for (const auto& ep : clusters.back()->endpoints) labels.endpoints.push_back({cc.name, ep->label});
@@ -119,7 +120,8 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w, std::sh
                                                    std::move(routes), std::move(slot)));
     if (lc.tls.enabled)
       listeners.back()->tls =
-          server_tls(lc.tls, cfg->source, &process->executor_load, listeners.back()->slot->ticket_keys);
+          server_tls(lc.tls, cfg->source, &process->executor_load, listeners.back()->slot->ticket_keys,
+                     listeners.back()->slot->handshakes, listeners.back()->slot->sessions);
   }
   // The last shard is the control thread's (health checks).
   metrics = std::make_unique<RequestMetrics>(labels, workers + 1);

@@ -92,6 +92,7 @@ Worker::~Worker() {
   sweep_timer_.reset();
   acceptors_.clear();
   pool.close_all();
+  h2pool.retire_all();
   for (auto& row : fuses_)
     for (auto& f : row)
       if (f) f->close_idle();
@@ -205,6 +206,7 @@ void Worker::apply(std::shared_ptr<Runtime> next, std::vector<std::pair<std::siz
   // Pooled connections follow their endpoints; fuses of the old Runtime
   // serve its requests still in flight, then go.
   pool.rebind(*rt);
+  h2pool.retire_all();  // HTTP/2 connections finish their streams; new ones follow the new clusters
   for (std::size_t li = 0; li < fuses_.size(); ++li)
     for (std::size_t ci = 0; ci < fuses_[li].size(); ++ci)
       if (auto& f = fuses_[li][ci]) {
@@ -241,6 +243,7 @@ void Worker::begin_drain() {
     for (auto& lists : idle_)
       if (lists) expire_all(*lists);
     pool.close_all();
+    h2pool.retire_all();
   });
 }
 
@@ -381,6 +384,7 @@ void Worker::sweep() {
   }
   if (t - last_pool_sweep_ >= std::chrono::seconds(1)) {
     pool.sweep(t);
+    h2pool.sweep(t);
     last_pool_sweep_ = t;
     std::erase_if(retired_fuses_, [](const RetiredFuse& r) { return r.fuse->unused(); });
   }

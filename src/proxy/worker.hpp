@@ -26,6 +26,7 @@
 #include "proxy/clock.hpp"
 #include "proxy/exchange_buffers.hpp"
 #include "proxy/fuse.hpp"
+#include "proxy/http2_upstream.hpp"
 #include "proxy/io_buffer.hpp"
 #include "proxy/timed_list.hpp"
 #include "proxy/upstream.hpp"
@@ -108,6 +109,7 @@ class Worker {
   control::AccessLog::Shard& log;
   Rng rng;
   UpstreamPool pool;
+  H2UpstreamPool h2pool;  ///< clusters that speak HTTP/2
   Balancer balancer;
   std::atomic<int> tid{0};
   std::atomic<std::uint32_t> connections{0};  ///< open downstream connections

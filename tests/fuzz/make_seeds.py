@@ -130,6 +130,48 @@ ORCA = {
 }
 
 
+def h2_seeds():
+    """Client frames after the preface (fuzz_h2_request skips it), made with
+    python3-h2 (scripts/deps.sh --test installs it); 4 parameter bytes in
+    front: header-list limit 256 + 64*v, fields 4 + v, read sizes."""
+    import h2.config
+    import h2.connection
+
+    def frames(build):
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        c.initiate_connection()
+        build(c)
+        return c.data_to_send()[24:]  # the 24-byte client magic
+
+    base = [(":method", "GET"), (":path", "/items?id=7"), (":scheme", "http"), (":authority", "example.com")]
+
+    def get(c):
+        c.send_headers(1, base + [("user-agent", "seed"), ("x-request-id", "abc")], end_stream=True)
+
+    def post(c):
+        c.send_headers(1, [(":method", "POST")] + base[1:] + [("content-length", "11"), ("cookie", "a=1"),
+                                                             ("cookie", "b=2")])
+        c.send_data(1, b"hello world", end_stream=True)
+
+    def grpc(c):
+        c.send_headers(1, [(":method", "POST"), (":path", "/pkg.Svc/Call"), (":scheme", "http"),
+                           (":authority", "svc"), ("content-type", "application/grpc"), ("te", "trailers"),
+                           ("grpc-timeout", "150m"), ("x-criticality", "CRITICAL_PLUS")])
+        c.send_data(1, b"\x00\x00\x00\x00\x02hi", end_stream=True)
+
+    def many(c):
+        for sid in (1, 3, 5):
+            c.send_headers(sid, base + [("x-n", str(sid))], end_stream=True)
+        c.reset_stream(3)
+
+    def big(c):
+        c.send_headers(1, base + [("x-big", "v" * 3000)], end_stream=True)
+
+    p = bytes([16, 60, 3, 255])
+    return {name: p + frames(f) for name, f in
+            {"get": get, "post-cookies": post, "grpc": grpc, "streams-and-reset": many, "big-header": big}.items()}
+
+
 def write(target, seeds, per_seed=None, prefix=None):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -145,4 +187,5 @@ if __name__ == "__main__":
     write("http_response", HTTP_RESPONSE, HTTP_RESPONSE_PARAMS, params())
     write("signals", SIGNALS)
     write("orca", ORCA)
+    write("h2_request", h2_seeds())
     # corpus/config/ holds hand-written YAML files; nothing to generate.

@@ -3,6 +3,8 @@
 // retry policy understands).
 #include <catch2/catch_test_macros.hpp>
 
+#include <string_view>
+
 #include <string>
 
 #include "http/h2_reply.hpp"
@@ -38,6 +40,18 @@ TEST_CASE("gRPC content types") {
   CHECK_FALSE(http::is_grpc("application/grpcx"));
   CHECK_FALSE(http::is_grpc("application/json"));
   CHECK_FALSE(http::is_grpc(""));
+}
+
+TEST_CASE("a gRPC body's first message is whole once its prefix and bytes are in") {
+  using namespace std::string_view_literals;
+  CHECK_FALSE(http::grpc_message_whole(""sv));
+  CHECK_FALSE(http::grpc_message_whole("\0\0\0\0"sv));            // half a prefix
+  CHECK(http::grpc_message_whole("\0\0\0\0\0"sv));                // an empty message
+  CHECK_FALSE(http::grpc_message_whole("\0\0\0\0\3ab"sv));        // 2 of 3 bytes
+  CHECK(http::grpc_message_whole("\0\0\0\0\3abc"sv));
+  CHECK(http::grpc_message_whole("\0\0\0\0\3abc\0\0"sv));       // and the next begins
+  CHECK_FALSE(http::grpc_message_whole("\1\xff\xff\xff\xff" "ab"sv));  // 4 GiB announced
+  CHECK_FALSE(http::grpc_message_whole("\0\0\0\1\0ab"sv));        // 256 bytes announced
 }
 
 TEST_CASE("gRPC status of each kind of local answer") {
