@@ -295,11 +295,6 @@ void validate_edge(Ctx& ctx, const YAML::Node& root, Config& cfg) {
       tenant_certs(l.routes[r].tenant, at(path + ".routes", r) + ".tenant",
                    child(item(child(ln, "routes"), r), "tenant"));
   }
-  // Health checks speak cleartext: against a TLS endpoint they would only fail.
-  for (std::size_t i = 0; i < cfg.clusters.size(); ++i)
-    if (cfg.clusters[i].tls.enabled && cfg.clusters[i].health_check.enabled)
-      ctx.error(child(item(child(root, "clusters"), i), "health_check"), at("clusters", i) + ".health_check",
-                "health checks over TLS are not supported yet: turn health_check off for a tls cluster");
 }
 
 }  // namespace detail

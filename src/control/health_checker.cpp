@@ -5,13 +5,16 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
 #include "core/health.hpp"
+#include "http/framing.hpp"
 #include "proxy/runtime.hpp"
+#include "proxy/stream.hpp"
+#include "proxy/tls_context.hpp"
 
 namespace levee::control {
 
@@ -28,7 +31,7 @@ struct HealthChecker::Run {
   std::shared_ptr<proxy::Runtime> rt;
   bool stopped = false;
   std::vector<std::weak_ptr<asio::steady_timer>> timers;
-  std::vector<std::weak_ptr<beast::tcp_stream>> streams;
+  std::vector<std::weak_ptr<proxy::Stream>> streams;
 };
 
 HealthChecker::HealthChecker(asio::io_context& ctx, std::size_t shard) : ctx_(ctx), shard_(shard), rng_(0x4ea17c4eull) {}
@@ -63,10 +66,14 @@ asio::awaitable<void> HealthChecker::loop(std::shared_ptr<Run> run, proxy::Clust
   core::HealthState state({hc.healthy, hc.unhealthy}, adopted && ep.healthy.load());
   bool decided = adopted;
   Duration interval = hc.interval;
-  std::shared_ptr<beast::tcp_stream> stream;
+  // The probe's connection: cleartext, or TLS as the cluster's requests use
+  // (its CA, server name and client certificate), kept alive between probes.
+  std::shared_ptr<proxy::Stream> stream;
   beast::flat_buffer buf;
   auto sleep = std::make_shared<asio::steady_timer>(ctx_);
   run->timers.push_back(sleep);
+  auto deadline = std::make_shared<asio::steady_timer>(ctx_);
+  run->timers.push_back(deadline);
   // The authority the endpoint stands for (a hostname's, for virtual hosts).
   const std::string host = hc.host.empty() ? ep.authority : hc.host;
   const std::string request = "GET " + hc.path + " HTTP/1.1\r\nHost: " + host +
@@ -85,30 +92,71 @@ asio::awaitable<void> HealthChecker::loop(std::shared_ptr<Run> run, proxy::Clust
     if (ep.admin.load() == static_cast<std::uint8_t>(core::AdminState::Disabled)) continue;
     const TimePoint t0 = now();
     bool ok = false;
+    // The whole probe (connect, handshake, request, answer) within hc.timeout.
+    deadline->expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(hc.timeout));
+    // Held by the handler as well: a handler that fires as the probe ends
+    // (and runs after it) finds nothing to cut.
+    auto cut = std::make_shared<std::weak_ptr<proxy::Stream>>();
+    deadline->async_wait([cut](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto st = cut->lock()) st->cancel();
+    });
     do {
       if (!stream) {
         const auto& addrs = ep.addresses();
         if (addrs.empty()) break;
-        stream = std::make_shared<beast::tcp_stream>(ctx_);
+        stream = std::make_shared<proxy::Stream>(ctx_.get_executor());
         std::erase_if(run->streams, [](const auto& w) { return w.expired(); });
         run->streams.push_back(stream);
-        stream->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(hc.timeout));
-        auto [ec, e] = co_await stream->async_connect(addrs, nothrow);
-        if (ec) {
+        *cut = stream;
+        auto [ec, e] = co_await asio::async_connect(stream->socket(), addrs, nothrow);
+        boost::system::error_code ig;
+        if (!ec) {
+          stream->socket().set_option(asio::ip::tcp::no_delay(true), ig);
+          stream->socket().non_blocking(true, ig);
+        }
+        if (ec || (c.tls && !co_await proxy::connect_tls(*stream, *c.tls, ep.host))) {
           stream.reset();
           break;
         }
+        buf.clear();
       }
-      stream->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(hc.timeout));
-      auto [wec, wn] = co_await asio::async_write(*stream, asio::buffer(request), nothrow);
+      *cut = stream;
+      levee::http::Buffers out;
+      out.push(asio::buffer(request));
+      auto [wec, wn] = co_await stream->write_all(out);
       if (wec) {
         stream.reset();
         break;
       }
       http::response_parser<http::string_body> parser;
       parser.body_limit(64 * 1024);
-      auto [rec, rn] = co_await http::async_read(*stream, buf, parser, nothrow);
-      if (rec) {
+      parser.header_limit(16 * 1024);
+      bool broken = false;
+      while (!parser.is_done()) {
+        if (buf.size() > 0) {
+          boost::system::error_code pec;
+          const std::size_t n = parser.put(buf.data(), pec);
+          buf.consume(n);
+          if (parser.is_done()) break;
+          if (pec && pec != http::error::need_more) {
+            broken = true;
+            break;
+          }
+          if (n > 0 && buf.size() > 0) continue;
+        }
+        if (buf.size() >= 96 * 1024) {  // no progress within the limits
+          broken = true;
+          break;
+        }
+        auto [rec, rn] = co_await stream->read_some(buf.prepare(16 * 1024));
+        if (rec) {
+          broken = true;
+          break;
+        }
+        buf.commit(rn);
+      }
+      if (broken) {
         stream.reset();
         buf.clear();
         break;
@@ -117,8 +165,13 @@ asio::awaitable<void> HealthChecker::loop(std::shared_ptr<Run> run, proxy::Clust
       const int st = res.result_int();
       ok = st >= hc.status_min && st <= hc.status_max &&
            (hc.body_contains.empty() || res.body().find(hc.body_contains) != std::string::npos);
-      if (!res.keep_alive()) stream.reset();
+      if (!res.keep_alive()) {
+        stream.reset();
+        buf.clear();
+      }
     } while (false);
+    cut->reset();
+    deadline->cancel();
     if (run->stopped) co_return;
     const TimePoint t1 = now();
     m.health_check_latency.observe(shard_, c.index, core::to_seconds(t1 - t0));

@@ -32,6 +32,7 @@
 #include "control/systemd_notify.hpp"
 #include "proxy/cluster.hpp"
 #include "proxy/listener.hpp"
+#include "proxy/tls_context.hpp"
 #include "proxy/worker.hpp"
 
 namespace levee::control {
@@ -132,6 +133,9 @@ bool Server::bind_new(const proxy::Runtime& next, Bound& bound, std::vector<std:
 
 void Server::install(std::shared_ptr<proxy::Runtime> next, Bound bound) {
   std::shared_ptr<proxy::Runtime> old = std::exchange(rt_, next);
+  // Nothing can fail from here: the new listeners' ticket keys take effect.
+  for (const auto& l : next->listeners)
+    if (l->tls) l->tls->adopt();
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     proxy::Worker* w = workers_[i].get();
     asio::post(w->ctx, [w, next, b = std::move(bound[i])]() mutable { w->apply(next, std::move(b)); });

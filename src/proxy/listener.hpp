@@ -47,6 +47,10 @@ class ListenerSlot {
   std::atomic<std::uint32_t> fuse_waiting{0};
   /// Session-ticket keys (TLS listeners): they outlive reloads with the slot.
   const std::shared_ptr<TicketKeys> ticket_keys = std::make_shared<TicketKeys>();
+  /// Handshake admission (TLS listeners): in progress and the rate, across reloads.
+  const std::shared_ptr<HandshakeBudget> handshakes = std::make_shared<HandshakeBudget>();
+  /// TLS 1.2 sessions (by ID), across reloads.
+  const std::shared_ptr<SessionCache> sessions = std::make_shared<SessionCache>();
 
   bool take_accept_token(double rate, core::TimePoint now);
   bool source_enter(const core::Address& addr, std::uint32_t cap);

@@ -1,6 +1,7 @@
 #include "proxy/ticket_keys.hpp"
 
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <cstring>
@@ -54,13 +55,15 @@ bool TicketKeys::maybe_rotate(core::TimePoint now, core::Duration interval, std:
   return true;
 }
 
-bool TicketKeys::load_file(const std::string& path, std::string& why) {
-  std::vector<Key> keys;
-  if (!read_records(path, keys, why)) return false;
+bool TicketKeys::read_file(const std::string& path, std::vector<Key>& out, std::string& why) {
+  out.clear();
+  return read_records(path, out, why);
+}
+
+void TicketKeys::use_file_keys(const std::vector<Key>& keys) {
   std::lock_guard lk(mu_);
   keys_.assign(keys.begin(), keys.end());
   from_file_ = true;
-  return true;
 }
 
 void TicketKeys::use_generated() {
@@ -68,11 +71,6 @@ void TicketKeys::use_generated() {
   if (!from_file_) return;
   keys_.clear();
   from_file_ = false;
-}
-
-bool TicketKeys::check_file(const std::string& path, std::string& why) {
-  std::vector<Key> keys;
-  return read_records(path, keys, why);
 }
 
 std::optional<TicketKeys::Key> TicketKeys::encrypting() const {
@@ -91,6 +89,10 @@ std::optional<std::pair<TicketKeys::Key, bool>> TicketKeys::find(const unsigned 
 std::size_t TicketKeys::size() const {
   std::lock_guard lk(mu_);
   return keys_.size();
+}
+
+SessionCache::~SessionCache() {
+  for (auto& [id, sess] : by_id) SSL_SESSION_free(sess);
 }
 
 }  // namespace levee::proxy

@@ -9,13 +9,18 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "core/time.hpp"
+
+struct ssl_session_st;
 
 namespace levee::proxy {
 
@@ -31,14 +36,15 @@ class TicketKeys {
   /// one (or there is none), keeping at most `keep` keys. Not for keys from
   /// a file. True when it rotated.
   bool maybe_rotate(core::TimePoint now, core::Duration interval, std::size_t keep);
-  /// Replaces the keys with a file's (80 bytes per key, at most 16 keys).
+  /// A key file's keys (80 bytes per key, at most 16 keys), read but not
+  /// used yet: a reload uses them only once it is certain to take effect.
   /// False, with why, when the file cannot be read or is not whole keys.
-  bool load_file(const std::string& path, std::string& why);
+  static bool read_file(const std::string& path, std::vector<Key>& out, std::string& why);
+  /// Replaces the keys with a file's.
+  void use_file_keys(const std::vector<Key>& keys);
   /// Back to keys of levee's own, after a config that named a file (the
   /// file's keys are dropped: they are the fleet's, not to be kept).
   void use_generated();
-  /// Checks a key file without loading it (for --validate).
-  static bool check_file(const std::string& path, std::string& why);
 
   std::optional<Key> encrypting() const;
   /// The key a ticket names, and whether it is the encrypting one.
@@ -50,6 +56,32 @@ class TicketKeys {
   std::deque<Key> keys_;  ///< newest first
   core::TimePoint rotated_{};
   bool from_file_ = false;
+};
+
+/// A TLS listener's handshake admission, kept with its slot for the same
+/// reason: handshakes in progress and the full-handshake token bucket carry
+/// across a reload (a new one, starting full and at zero, would let a
+/// flood through at every reload, and forget the handshakes still going).
+struct HandshakeBudget {
+  std::atomic<std::uint32_t> in_progress{0};
+  std::mutex mu;
+  double tokens = -1;  ///< < 0: not started (full)
+  core::TimePoint refill{};
+};
+
+/// A TLS listener's server-side session cache (TLS 1.2 session IDs), kept
+/// with its slot too: OpenSSL's own cache is per context, and every reload
+/// makes new contexts, so returning clients went through full handshakes.
+/// Bounded; the oldest session goes first.
+struct SessionCache {
+  explicit SessionCache(std::size_t cap = 20480) : capacity(cap) {}
+  ~SessionCache();
+  SessionCache(const SessionCache&) = delete;
+  SessionCache& operator=(const SessionCache&) = delete;
+  std::mutex mu;
+  std::size_t capacity;
+  std::unordered_map<std::string, ssl_session_st*> by_id;
+  std::deque<std::string> order;  ///< ids, oldest first (may name removed ones)
 };
 
 }  // namespace levee::proxy

@@ -1,9 +1,15 @@
+// The listeners' side of TLS: certificates chosen by SNI, ALPN, OCSP
+// stapling, session tickets and the session cache, client certificates,
+// and handshake admission. The clusters' side is in tls_client.cpp.
 #include "proxy/tls_context.hpp"
 
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/ocsp.h>
+
+#include <ctime>
+#include <unordered_map>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -18,46 +24,13 @@
 #include "proxy/clock.hpp"
 #include "proxy/request_metrics.hpp"
 #include "proxy/stream.hpp"
+#include "proxy/tls_common.hpp"
 
 namespace levee::proxy {
 
+using namespace tls_detail;
+
 namespace {
-
-/// OpenSSL's most recent reason, and the thread's queue cleared.
-std::string openssl_reason() {
-  const unsigned long e = ERR_peek_last_error();
-  ERR_clear_error();
-  if (e == 0) return "unknown OpenSSL error";
-  const char* r = ERR_reason_error_string(e);
-  return r ? r : "OpenSSL error " + std::to_string(e);
-}
-
-struct Errors {
-  const std::string& source;
-  std::vector<config::Error>& out;
-  void add(const config::Place& p, std::string msg) {
-    out.push_back(config::Error{source, p.line, p.column, p.path, std::move(msg)});
-  }
-  /// The file can be opened: else an error that says why.
-  bool readable(const config::Place& p, const std::string& file, const char* what) {
-    std::ifstream f(file, std::ios::binary);
-    if (f) return true;
-    add(p, std::string("cannot read ") + what + " '" + file + "': " + std::strerror(errno));
-    return false;
-  }
-};
-
-int version(config::TlsVersion v) { return v == config::TlsVersion::V1_3 ? TLS1_3_VERSION : TLS1_2_VERSION; }
-
-/// The ALPN list in wire format (length-prefixed names).
-std::string alpn_wire(const std::vector<std::string>& names) {
-  std::string w;
-  for (const auto& n : names) {
-    w.push_back(static_cast<char>(n.size()));
-    w += n;
-  }
-  return w;
-}
 
 int on_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
             void* arg) {
@@ -73,8 +46,13 @@ int on_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsign
 /// OCSP stapling: a client that asked for the certificate's status gets
 /// the response loaded from the certificate's ocsp_response file.
 int on_status_request(SSL* ssl, void* arg) {
-  const auto* der = static_cast<const std::string*>(arg);
-  if (der == nullptr || der->empty()) return SSL_TLSEXT_ERR_NOACK;
+  const auto* cert = static_cast<const ServerTls::CertEntry*>(arg);
+  if (cert == nullptr || cert->ocsp.empty()) return SSL_TLSEXT_ERR_NOACK;
+  // Past its nextUpdate a response is stale: better none than one a
+  // client must reject (until the file is replaced; tls_watch loads it).
+  if (cert->ocsp_until != 0 && static_cast<long long>(std::time(nullptr)) > cert->ocsp_until)
+    return SSL_TLSEXT_ERR_NOACK;
+  const std::string* der = &cert->ocsp;
   auto* copy = static_cast<unsigned char*>(OPENSSL_malloc(der->size()));  // OpenSSL frees it with the SSL
   if (copy == nullptr) return SSL_TLSEXT_ERR_NOACK;
   std::memcpy(copy, der->data(), der->size());
@@ -83,9 +61,12 @@ int on_status_request(SSL* ssl, void* arg) {
   return SSL_TLSEXT_ERR_OK;
 }
 
-/// The bytes of a DER OCSP response file, checked to be one that says
-/// "successful"; empty with `why` set otherwise.
-std::string read_ocsp(const std::string& file, std::string& why) {
+/// The bytes of a DER OCSP response file for the certificate in `ctx`,
+/// checked as a client would check it: a successful response, signed by
+/// the certificate's issuer (or a responder it delegated to), saying "good"
+/// about this certificate, and current (within 5 minutes of clock skew).
+/// Empty with `why` set otherwise; `until` gets its nextUpdate.
+std::string read_ocsp(const std::string& file, SSL_CTX* ctx, std::string& why, long long& until) {
   std::ifstream f(file, std::ios::binary);
   std::string der((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const auto* p = reinterpret_cast<const unsigned char*>(der.data());
@@ -95,11 +76,53 @@ std::string read_ocsp(const std::string& file, std::string& why) {
     return {};
   }
   const int status = OCSP_response_status(r);
-  OCSP_RESPONSE_free(r);
   if (status != OCSP_RESPONSE_STATUS_SUCCESSFUL) {
+    OCSP_RESPONSE_free(r);
     why = "'" + file + "' is an OCSP response with status " + std::to_string(status) + ", not successful";
     return {};
   }
+  OCSP_BASICRESP* basic = OCSP_response_get1_basic(r);
+  OCSP_RESPONSE_free(r);
+  X509* leaf = SSL_CTX_get0_certificate(ctx);
+  STACK_OF(X509)* chain = nullptr;
+  SSL_CTX_get0_chain_certs(ctx, &chain);
+  X509* issuer = nullptr;
+  for (int i = 0; chain != nullptr && i < sk_X509_num(chain); ++i)
+    if (X509_check_issued(sk_X509_value(chain, i), leaf) == X509_V_OK) issuer = sk_X509_value(chain, i);
+  auto fail = [&](std::string w) {
+    why = "'" + file + "' " + w;
+    if (basic) OCSP_BASICRESP_free(basic);
+    ERR_clear_error();
+    return std::string{};
+  };
+  if (basic == nullptr) return fail("holds no basic OCSP response");
+  if (issuer == nullptr)
+    return fail("cannot be checked: the certificate file must hold the issuer's certificate after the leaf");
+  X509_STORE* store = X509_STORE_new();
+  X509_STORE_add_cert(store, issuer);
+  // The issuer is the anchor, whether or not it is a root (an intermediate
+  // usually is the leaf's issuer).
+  X509_STORE_set_flags(store, X509_V_FLAG_PARTIAL_CHAIN);
+  const int verified = OCSP_basic_verify(basic, chain, store, 0);
+  X509_STORE_free(store);
+  if (verified != 1) return fail("is not signed by the certificate's issuer (" + openssl_reason() + ")");
+  OCSP_CERTID* id = OCSP_cert_to_id(nullptr, leaf, issuer);
+  int cert_status = -1, reason = 0;
+  ASN1_GENERALIZEDTIME *revoked = nullptr, *this_update = nullptr, *next_update = nullptr;
+  const int found = OCSP_resp_find_status(basic, id, &cert_status, &reason, &revoked, &this_update, &next_update);
+  OCSP_CERTID_free(id);
+  if (found != 1) return fail("is not about this certificate");
+  if (cert_status != V_OCSP_CERTSTATUS_GOOD)
+    return fail(std::string("says the certificate is ") +
+                (cert_status == V_OCSP_CERTSTATUS_REVOKED ? "revoked" : "unknown to its responder"));
+  if (OCSP_check_validity(this_update, next_update, 300, -1) != 1)
+    return fail("is out of date (or not yet valid): its thisUpdate/nextUpdate do not cover now");
+  until = 0;
+  if (next_update != nullptr) {
+    std::tm tm{};
+    if (ASN1_TIME_to_tm(next_update, &tm) == 1) until = static_cast<long long>(timegm(&tm));
+  }
+  OCSP_BASICRESP_free(basic);
   return der;
 }
 
@@ -144,8 +167,80 @@ int on_client_hello(SSL* ssl, int* alert, void* arg) {
   }
   SSL_set_ex_data(ssl, verdict_index(), reinterpret_cast<void*>(kJudged | (resuming ? kResuming : 0)));
   // In progress from its hello (a connection that sends none holds no place).
-  t->in_progress.fetch_add(1, std::memory_order_relaxed);
+  t->in_progress().fetch_add(1, std::memory_order_relaxed);
   return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+/// The slot's session cache, held by each server context (a shared_ptr on
+/// the heap, freed with the context: a context outlives its ServerTls while
+/// connections made with it remain).
+void free_session_cache(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<std::shared_ptr<SessionCache>*>(ptr);
+}
+int session_cache_index() {
+  static const int i = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, free_session_cache);
+  return i;
+}
+SessionCache* session_cache_of(SSL_CTX* ctx) {
+  auto* p = static_cast<std::shared_ptr<SessionCache>*>(SSL_CTX_get_ex_data(ctx, session_cache_index()));
+  return p ? p->get() : nullptr;
+}
+
+int on_new_server_session(SSL* ssl, SSL_SESSION* sess) {
+  // TLS 1.3 with tickets: the session is the ticket itself, never looked
+  // up by ID; caching it would only evict the TLS 1.2 sessions.
+  if (SSL_version(ssl) >= TLS1_3_VERSION && (SSL_get_options(ssl) & SSL_OP_NO_TICKET) == 0) return 0;
+  SessionCache* c = session_cache_of(SSL_get_SSL_CTX(ssl));
+  if (c == nullptr) return 0;
+  unsigned int len = 0;
+  const unsigned char* id = SSL_SESSION_get_id(sess, &len);
+  std::string key(reinterpret_cast<const char*>(id), len);
+  std::lock_guard lk(c->mu);
+  if (c->capacity == 0) return 0;
+  if (c->order.size() > 2 * c->capacity) {
+    // Removed sessions leave their ids in `order`: drop those (and repeats).
+    std::deque<std::string> kept;
+    std::unordered_map<std::string, std::size_t> last;
+    for (std::size_t i = 0; i < c->order.size(); ++i) last[c->order[i]] = i;
+    for (std::size_t i = 0; i < c->order.size(); ++i)
+      if (last[c->order[i]] == i && c->by_id.contains(c->order[i])) kept.push_back(std::move(c->order[i]));
+    c->order = std::move(kept);
+  }
+  while (c->by_id.size() >= c->capacity && !c->order.empty()) {
+    auto it = c->by_id.find(c->order.front());
+    c->order.pop_front();
+    if (it != c->by_id.end()) {
+      SSL_SESSION_free(it->second);
+      c->by_id.erase(it);
+    }
+  }
+  auto [it, fresh] = c->by_id.try_emplace(key, sess);
+  if (!fresh) SSL_SESSION_free(std::exchange(it->second, sess));
+  c->order.push_back(std::move(key));
+  return 1;  // the cache holds the reference now
+}
+
+SSL_SESSION* on_get_server_session(SSL* ssl, const unsigned char* id, int len, int* copy) {
+  *copy = 0;
+  SessionCache* c = session_cache_of(SSL_get_SSL_CTX(ssl));
+  if (c == nullptr) return nullptr;
+  std::lock_guard lk(c->mu);
+  auto it = c->by_id.find(std::string(reinterpret_cast<const char*>(id), static_cast<std::size_t>(len)));
+  if (it == c->by_id.end()) return nullptr;
+  SSL_SESSION_up_ref(it->second);  // OpenSSL checks its age and frees its reference
+  return it->second;
+}
+
+void on_remove_server_session(SSL_CTX* ctx, SSL_SESSION* sess) {
+  SessionCache* c = session_cache_of(ctx);
+  if (c == nullptr) return;
+  unsigned int len = 0;
+  const unsigned char* id = SSL_SESSION_get_id(sess, &len);
+  std::lock_guard lk(c->mu);
+  auto it = c->by_id.find(std::string(reinterpret_cast<const char*>(id), len));
+  if (it == c->by_id.end()) return;
+  SSL_SESSION_free(it->second);
+  c->by_id.erase(it);
 }
 
 int server_tls_index() {
@@ -173,7 +268,11 @@ int on_ticket_key(SSL* ssl, unsigned char* name, unsigned char* iv, EVP_CIPHER_C
     auto f = keys->find(name);
     if (!f) return 0;  // an unknown or aged-out key: a full handshake
     k = f->first;
-    result = f->second ? 1 : 2;  // 2: good, but renew it under the newest key
+    // 2: good, and send a fresh ticket. Under an older key, so that it is
+    // renewed under the newest; and always in TLS 1.3, whose clients use a
+    // ticket once (RFC 8446 C.4: OpenSSL's, browsers'): without a fresh one
+    // after each resumption, every other connection is a full handshake.
+    result = f->second && SSL_version(ssl) < TLS1_3_VERSION ? 1 : 2;
     if (EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
   }
   char digest[] = "sha256";
@@ -214,16 +313,37 @@ std::vector<std::string> certificate_names(X509* x) {
   return names;
 }
 
-const unsigned char kSessionContext[] = "levee";
+/// The session ID context: a session resumes only under the client-auth
+/// settings it was verified with (mode, depth, the CA and CRL files'
+/// contents). Sessions and ticket keys outlive reloads with the slot; a
+/// reload that adds a CRL or changes the CA must not let a client resume
+/// the identity it had. SHA-256 of the settings, as SSL_MAX_SID_CTX_LENGTH allows.
+std::string session_context(const config::ClientAuthConfig& ca) {
+  std::string in = "levee;" + std::to_string(static_cast<int>(ca.mode)) + ";" + std::to_string(ca.verify_depth);
+  for (const std::string* f : {&ca.ca_file, &ca.crl_file}) {
+    in += ";" + *f + ";";
+    if (f->empty()) continue;
+    std::ifstream file(*f, std::ios::binary);
+    in.append(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(in.data(), in.size(), md, &n, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<const char*>(md), std::min<unsigned int>(n, SSL_MAX_SID_CTX_LENGTH));
+}
 
 }  // namespace
 
 std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, const std::string& source,
-                                           std::vector<config::Error>& errors, std::shared_ptr<TicketKeys> keys) {
+                                           std::vector<config::Error>& errors, std::shared_ptr<TicketKeys> keys,
+                                           std::shared_ptr<HandshakeBudget> budget,
+                                           std::shared_ptr<SessionCache> sessions) {
   Errors err{source, errors};
   const std::size_t before = errors.size();
   std::shared_ptr<ServerTls> t(new ServerTls(c));
+  t->budget_ = budget ? std::move(budget) : std::make_shared<HandshakeBudget>();
   t->alpn_wire_ = alpn_wire(c.alpn);
+  const std::string sid_ctx = session_context(c.client_auth);
   for (std::size_t i = 0; i < c.certificates.size(); ++i) {
     const auto& cc = c.certificates[i];
     SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
@@ -248,10 +368,20 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
     // Resumption: TLS 1.3 tickets (stateless), TLS 1.2 tickets or session IDs
     // from the cache. Tickets are encrypted with the default context's keys
     // whichever certificate SNI picked, so a session resumes under any.
-    SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1);
+    SSL_CTX_set_session_id_context(ctx, reinterpret_cast<const unsigned char*>(sid_ctx.data()),
+                                   static_cast<unsigned int>(sid_ctx.size()));
     if (c.session_cache > 0) {
-      SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
-      SSL_CTX_sess_set_cache_size(ctx, static_cast<long>(c.session_cache));
+      // The slot's cache, not OpenSSL's per-context one, so a reload keeps it.
+      SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER | SSL_SESS_CACHE_NO_INTERNAL);
+      if (!sessions) sessions = std::make_shared<SessionCache>(c.session_cache);
+      {
+        std::lock_guard lk(sessions->mu);
+        sessions->capacity = c.session_cache;
+      }
+      SSL_CTX_set_ex_data(ctx, session_cache_index(), new std::shared_ptr<SessionCache>(sessions));
+      SSL_CTX_sess_set_new_cb(ctx, on_new_server_session);
+      SSL_CTX_sess_set_get_cb(ctx, on_get_server_session);
+      SSL_CTX_sess_set_remove_cb(ctx, on_remove_server_session);
     } else {
       SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     }
@@ -281,7 +411,7 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
     t->certs_.back().names = cc.names.empty() ? certificate_names(SSL_CTX_get0_certificate(ctx)) : cc.names;
     if (!cc.ocsp_file.empty() && err.readable(cc.ocsp_place, cc.ocsp_file, "OCSP response")) {
       std::string why;
-      t->certs_.back().ocsp = read_ocsp(cc.ocsp_file, why);
+      t->certs_.back().ocsp = read_ocsp(cc.ocsp_file, ctx, why, t->certs_.back().ocsp_until);
       if (!why.empty()) err.add(cc.ocsp_place, why);
     }
 
@@ -316,7 +446,7 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
   for (auto& cert : t->certs_) {
     if (cert.ocsp.empty()) continue;
     SSL_CTX_callback_ctrl(cert.ctx, SSL_CTRL_SET_TLSEXT_STATUS_REQ_CB, reinterpret_cast<void (*)()>(&on_status_request));
-    SSL_CTX_ctrl(cert.ctx, SSL_CTRL_SET_TLSEXT_STATUS_REQ_CB_ARG, 0, &cert.ocsp);
+    SSL_CTX_ctrl(cert.ctx, SSL_CTRL_SET_TLSEXT_STATUS_REQ_CB_ARG, 0, &cert);
   }
   // SSL_CTX_set_tlsext_servername_callback, without its C cast.
   SSL_CTX_callback_ctrl(t->certs_[0].ctx, SSL_CTRL_SET_TLSEXT_SERVERNAME_CB,
@@ -324,19 +454,20 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
   SSL_CTX_set_tlsext_servername_arg(t->certs_[0].ctx, t.get());
   SSL_CTX_set_client_hello_cb(t->certs_[0].ctx, on_client_hello, t.get());
   if (c.session_tickets) {
+    // A key file is read now but used (the slot's keys replaced) only by
+    // adopt(), once the Runtime is installed: a reload that fails later
+    // keeps the keys the running one uses.
     if (!c.session_ticket_keys_file.empty()) {
       std::string why;
-      const bool ok = keys ? keys->load_file(c.session_ticket_keys_file, why)
-                           : TicketKeys::check_file(c.session_ticket_keys_file, why);
-      if (!ok) {
+      std::vector<TicketKeys::Key> file_keys;
+      if (!TicketKeys::read_file(c.session_ticket_keys_file, file_keys, why)) {
         err.add(c.session_ticket_keys_place, why);
         return nullptr;
       }
+      t->file_keys_ = std::move(file_keys);
     }
     if (keys) {
-      if (c.session_ticket_keys_file.empty()) keys->use_generated();
       t->keys_ = std::move(keys);
-      t->rotate_ticket_keys(now());  // a key at once (the slot's, if it has them already)
       // Tickets go through levee's keys, on every certificate's context
       // (SNI may have switched to another when the ticket is made).
       for (auto& cert : t->certs_) {
@@ -352,6 +483,13 @@ ServerTls::~ServerTls() {
   for (auto& c : certs_) SSL_CTX_free(c.ctx);
 }
 
+void ServerTls::adopt() const {
+  if (!keys_ || !cfg_.session_tickets) return;
+  if (file_keys_) keys_->use_file_keys(*file_keys_);
+  else keys_->use_generated();
+  rotate_ticket_keys(now());  // a key at once (the slot's, if it has them already)
+}
+
 bool ServerTls::rotate_ticket_keys(core::TimePoint t) const {
   if (!keys_ || !cfg_.session_tickets || !cfg_.session_ticket_keys_file.empty()) return false;
   // Enough keys to decrypt every ticket still within session_timeout, at most 4.
@@ -362,7 +500,7 @@ bool ServerTls::rotate_ticket_keys(core::TimePoint t) const {
 
 bool ServerTls::admit_handshake(bool resuming) const noexcept {
   // Handshakes past their hello, not counting this one.
-  if (cfg_.max_handshakes != 0 && in_progress.load(std::memory_order_relaxed) >= cfg_.max_handshakes) return false;
+  if (cfg_.max_handshakes != 0 && in_progress().load(std::memory_order_relaxed) >= cfg_.max_handshakes) return false;
   if (resuming) return true;
   if (load_ != nullptr && cfg_.shed_handshakes_above > 0 &&
       load_->load(std::memory_order_relaxed) > cfg_.shed_handshakes_above)
@@ -370,16 +508,17 @@ bool ServerTls::admit_handshake(bool resuming) const noexcept {
   if (cfg_.handshake_rate <= 0) return true;
   const double burst = std::max(1.0, cfg_.handshake_rate);  // a second's worth
   const auto t = now();
-  std::lock_guard lk(rate_mu_);
-  if (tokens_ < -burst) tokens_ = -burst;
-  if (refill_ == core::TimePoint{}) {
-    tokens_ = burst;
+  auto& b = *budget_;
+  std::lock_guard lk(b.mu);
+  if (b.tokens < -burst) b.tokens = -burst;
+  if (b.refill == core::TimePoint{}) {
+    b.tokens = burst;
   } else {
-    tokens_ = std::min(burst, tokens_ + core::to_seconds(t - refill_) * cfg_.handshake_rate);
+    b.tokens = std::min(burst, b.tokens + core::to_seconds(t - b.refill) * cfg_.handshake_rate);
   }
-  refill_ = t;
-  if (tokens_ < 1.0) return false;
-  tokens_ -= 1.0;
+  b.refill = t;
+  if (b.tokens < 1.0) return false;
+  b.tokens -= 1.0;
   return true;
 }
 
@@ -388,8 +527,8 @@ void ServerTls::handshake_done(bool admitted_as_resuming, bool full) const noexc
   // past the rate: charge it now (the bucket may go below zero), so fake
   // tickets buy nothing.
   if (!admitted_as_resuming || !full || cfg_.handshake_rate <= 0) return;
-  std::lock_guard lk(rate_mu_);
-  tokens_ -= 1.0;
+  std::lock_guard lk(budget_->mu);
+  budget_->tokens -= 1.0;
 }
 
 SSL* ServerTls::session() const {
@@ -443,7 +582,7 @@ awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, s
   t.cancel();
   const std::uintptr_t v = verdict(ssl);
   if (v & kJudged && !(v & kRefused)) {
-    tls.in_progress.fetch_sub(1, std::memory_order_relaxed);
+    tls.in_progress().fetch_sub(1, std::memory_order_relaxed);
     // A hello admitted as resuming that was not resumed (its ticket was
     // unusable, or it gave up after the server's expensive flight) is
     // charged to the full-handshake rate now.
@@ -478,9 +617,10 @@ core::PeerIdentity peer_identity(SSL* ssl) {
 
 std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
                                             const std::atomic<double>* executor_load,
-                                            std::shared_ptr<TicketKeys> keys) {
+                                            std::shared_ptr<TicketKeys> keys, std::shared_ptr<HandshakeBudget> budget,
+                                            std::shared_ptr<SessionCache> sessions) {
   std::vector<config::Error> errors;
-  auto t = ServerTls::make(c, source, errors, std::move(keys));
+  auto t = ServerTls::make(c, source, errors, std::move(keys), std::move(budget), std::move(sessions));
   if (t) {
     t->watch_load(executor_load);
     return t;
@@ -495,100 +635,8 @@ std::vector<config::Error> check_tls(const config::Config& cfg) {
   for (const auto& l : cfg.listeners)
     if (l.tls.enabled) ServerTls::make(l.tls, cfg.source, errors);
   for (const auto& c : cfg.clusters)
-    if (c.tls.enabled) ClientTls::make(c.tls, cfg.source, errors);
+    if (c.tls.enabled) ClientTls::make(c.tls, cfg.source, errors, c.protocol == config::ClusterConfig::Protocol::Http2);
   return errors;
-}
-
-// --- upstream ------------------------------------------------------------------
-
-std::shared_ptr<ClientTls> ClientTls::make(const config::UpstreamTlsConfig& c, const std::string& source,
-                                           std::vector<config::Error>& errors) {
-  Errors err{source, errors};
-  std::shared_ptr<ClientTls> t(new ClientTls(c));
-  t->ctx_ = SSL_CTX_new(TLS_client_method());
-  if (t->ctx_ == nullptr) {
-    err.add(c.place, "cannot create a TLS context: " + openssl_reason());
-    return nullptr;
-  }
-  SSL_CTX_set_min_proto_version(t->ctx_, TLS1_2_VERSION);
-  SSL_CTX_set_options(t->ctx_, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
-  static const std::string kWire = alpn_wire({"http/1.1"});
-  SSL_CTX_set_alpn_protos(t->ctx_, reinterpret_cast<const unsigned char*>(kWire.data()),
-                          static_cast<unsigned int>(kWire.size()));
-  if (c.verify) {
-    SSL_CTX_set_verify(t->ctx_, SSL_VERIFY_PEER, nullptr);
-    if (c.ca_file.empty()) {
-      if (SSL_CTX_set_default_verify_paths(t->ctx_) != 1) {
-        err.add(c.place, "cannot load the system's trusted CAs: " + openssl_reason());
-        return nullptr;
-      }
-    } else {
-      if (!err.readable(c.ca_place, c.ca_file, "CA bundle")) return nullptr;
-      if (SSL_CTX_load_verify_locations(t->ctx_, c.ca_file.c_str(), nullptr) != 1) {
-        err.add(c.ca_place, "'" + c.ca_file + "' is not a PEM CA bundle (" + openssl_reason() + ")");
-        return nullptr;
-      }
-    }
-  } else {
-    SSL_CTX_set_verify(t->ctx_, SSL_VERIFY_NONE, nullptr);
-  }
-  if (!c.cert_file.empty()) {  // levee's own certificate, for backends that ask for one
-    if (!err.readable(c.cert_place, c.cert_file, "certificate") ||
-        !err.readable(c.key_place, c.key_file, "key"))
-      return nullptr;
-    if (SSL_CTX_use_certificate_chain_file(t->ctx_, c.cert_file.c_str()) != 1) {
-      err.add(c.cert_place, "'" + c.cert_file + "' is not a PEM certificate chain (" + openssl_reason() + ")");
-      return nullptr;
-    }
-    if (SSL_CTX_use_PrivateKey_file(t->ctx_, c.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(t->ctx_) != 1) {
-      ERR_clear_error();
-      err.add(c.key_place, "key '" + c.key_file + "' does not match certificate '" + c.cert_file +
-                               "' or is not a PEM private key");
-      return nullptr;
-    }
-  }
-  return t;
-}
-
-ClientTls::~ClientTls() {
-  if (ctx_) SSL_CTX_free(ctx_);
-}
-
-SSL* ClientTls::session(const std::string& endpoint_host) const {
-  SSL* s = SSL_new(ctx_);
-  if (s == nullptr) return nullptr;
-  SSL_set_connect_state(s);
-  const std::string& host = cfg_.server_name.empty() ? endpoint_host : cfg_.server_name;
-  const bool ip = core::parse_address(host).has_value();
-  // SNI (SSL_set_tlsext_host_name, without its C cast).
-  if (!ip) SSL_ctrl(s, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(host.c_str()));
-  if (cfg_.verify) {
-    X509_VERIFY_PARAM* p = SSL_get0_param(s);
-    if (ip) X509_VERIFY_PARAM_set1_ip_asc(p, host.c_str());
-    else SSL_set1_host(s, host.c_str());
-  }
-  return s;
-}
-
-awaitable<bool> connect_tls(Stream& s, const ClientTls& tls, const std::string& host) {
-  SSL* ssl = tls.session(host);
-  if (ssl == nullptr) {
-    ERR_clear_error();
-    co_return false;
-  }
-  s.attach(ssl);
-  const error_code ec = co_await s.handshake();
-  co_return !ec;
-}
-
-std::shared_ptr<const ClientTls> client_tls(const config::UpstreamTlsConfig& c, const std::string& source) {
-  std::vector<config::Error> errors;
-  auto t = ClientTls::make(c, source, errors);
-  if (t) return t;
-  std::string msg;
-  for (const auto& e : errors) msg += (msg.empty() ? "" : "; ") + e.format();
-  throw std::runtime_error(msg.empty() ? "TLS: cannot set up the cluster" : msg);
 }
 
 }  // namespace levee::proxy

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,9 @@ class ServerTls {
   /// `keys`: the listener slot's ticket keys (null: checking only).
   static std::shared_ptr<ServerTls> make(const config::ServerTlsConfig& c, const std::string& source,
                                          std::vector<config::Error>& errors,
-                                         std::shared_ptr<TicketKeys> keys = nullptr);
+                                         std::shared_ptr<TicketKeys> keys = nullptr,
+                                         std::shared_ptr<HandshakeBudget> budget = nullptr,
+                                         std::shared_ptr<SessionCache> sessions = nullptr);
   ~ServerTls();
   ServerTls(const ServerTls&) = delete;
   ServerTls& operator=(const ServerTls&) = delete;
@@ -55,10 +58,14 @@ class ServerTls {
   void handshake_done(bool admitted_as_resuming, bool full) const noexcept;
   /// Where the executor load is published (the process's), for the load rule.
   void watch_load(const std::atomic<double>* load) noexcept { load_ = load; }
-  mutable std::atomic<std::uint32_t> in_progress{0};
+  /// Handshakes past their hello, of this listener (across reloads).
+  std::atomic<std::uint32_t>& in_progress() const noexcept { return budget_->in_progress; }
   /// Draws a new ticket key when the rotation interval has passed (not for
   /// keys from a file). True when it did. On the admin thread's tick.
   bool rotate_ticket_keys(core::TimePoint now) const;
+  /// This listener's Runtime is now the running one: its ticket-key
+  /// choice (a file's keys, or levee's own) replaces the slot's.
+  void adopt() const;
   const TicketKeys* ticket_keys() const noexcept { return keys_.get(); }
 
  private:
@@ -67,16 +74,20 @@ class ServerTls {
     ssl_ctx_st* ctx = nullptr;
     std::vector<std::string> names;  ///< lower case; "*.example.com" for a wildcard
     std::string ocsp;                ///< a DER OCSP response to staple, or empty
+    long long ocsp_until = 0;        ///< its nextUpdate (seconds since the epoch); 0: none given
   };
+ public:
+  using CertEntry = Cert;  // for the stapling callback (tls_context.cpp)
+ private:
   config::ServerTlsConfig cfg_;
   std::string alpn_wire_;    ///< the protocols offered, in ALPN's wire format
   std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys
   const std::atomic<double>* load_ = nullptr;
   std::shared_ptr<TicketKeys> keys_;
-  // The full-handshake token bucket (a handshake costs far more than the lock).
-  mutable std::mutex rate_mu_;
-  mutable double tokens_ = -1;  ///< < 0: not started (full)
-  mutable core::TimePoint refill_{};
+  std::optional<std::vector<TicketKeys::Key>> file_keys_;  ///< read from session_ticket_keys_file
+  // In progress, and the full-handshake token bucket (a handshake costs far
+  // more than its lock): the slot's, so a reload keeps them.
+  std::shared_ptr<HandshakeBudget> budget_;
 };
 
 class Stream;
@@ -93,8 +104,9 @@ awaitable<bool> accept_tls(Stream& s, const ServerTls& tls, RequestMetrics& m, s
 /// against the CA bundle (or the system's) and the endpoint's name.
 class ClientTls {
  public:
+  /// h2: offer only "h2" by ALPN (an HTTP/2 cluster), else "http/1.1".
   static std::shared_ptr<ClientTls> make(const config::UpstreamTlsConfig& c, const std::string& source,
-                                         std::vector<config::Error>& errors);
+                                         std::vector<config::Error>& errors, bool h2 = false);
   ~ClientTls();
   ClientTls(const ClientTls&) = delete;
   ClientTls& operator=(const ClientTls&) = delete;
@@ -113,7 +125,8 @@ class ClientTls {
 awaitable<bool> connect_tls(Stream& s, const ClientTls& tls, const std::string& host);
 
 /// ClientTls::make at start-up; throws on a bad file.
-std::shared_ptr<const ClientTls> client_tls(const config::UpstreamTlsConfig& c, const std::string& source);
+std::shared_ptr<const ClientTls> client_tls(const config::UpstreamTlsConfig& c, const std::string& source,
+                                            bool h2 = false);
 
 /// What a verified peer certificate names (SAN URIs, SAN DNS names, CN).
 core::PeerIdentity peer_identity(ssl_st* ssl);
@@ -122,7 +135,9 @@ core::PeerIdentity peer_identity(ssl_st* ssl);
 /// formatted) when a file is bad.
 std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
                                             const std::atomic<double>* executor_load = nullptr,
-                                            std::shared_ptr<TicketKeys> keys = nullptr);
+                                            std::shared_ptr<TicketKeys> keys = nullptr,
+                                            std::shared_ptr<HandshakeBudget> budget = nullptr,
+                                            std::shared_ptr<SessionCache> sessions = nullptr);
 
 /// Every listener's TLS files loaded once, for start-up and --validate.
 std::vector<config::Error> check_tls(const config::Config& cfg);
