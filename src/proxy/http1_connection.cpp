@@ -183,23 +183,9 @@ awaitable<void> Http1Connection::run() {
 
 awaitable<void> Http1Connection::lingering_close() {
   // We answered before reading the whole request (a rejection, an error).
-  // Closing now would make the kernel reset the connection when more of the
-  // client's body arrives, and a reset can destroy our answer before the
-  // client reads it. So: stop sending, then read and discard for a while.
-  stream_.shutdown_send();
   if (!in_) in_ = w_.take_read_buffer();
-  Timer t(w_.ctx.get_executor(), std::chrono::seconds(2));
-  t.async_wait([this](error_code tec) {
-    if (!tec) cancel_io();
-  });
-  std::size_t drained = 0;
-  while (drained < 4 * 1024 * 1024) {
-    in_->clear();
-    auto [rec, n] = co_await stream_.read_some(in_->prepare());
-    if (rec) break;
-    drained += n;
-  }
-  t.cancel();
+  in_->clear();
+  co_await stream_.linger(in_->prepare());
   in_->clear();
 }
 

@@ -33,6 +33,7 @@ struct H2Callbacks {
     auto& c = *static_cast<Http2Connection*>(u);
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     ++c.streams_seen_;
+    c.earn_control(4);
     // A cap on what one connection may have waiting in admission: past
     // it, new streams are refused (REFUSED_STREAM: safe to retry).
     if (c.queued_ >= c.h2cfg_.max_queued_streams) {
@@ -145,6 +146,8 @@ Http2Connection::Http2Connection(Worker& w, Listener& l, Stream s, const Peer& p
       max_header_bytes_(l.cfg.max_header_bytes),
       max_headers_(l.cfg.max_headers),
       body_timeout_(l.cfg.body_timeout),
+      min_rate_(l.cfg.min_rate),
+      min_rate_grace_(l.cfg.min_rate_grace),
       idle_timeout_(l.cfg.idle_timeout),
       stream_(std::move(s)),
       peer_(peer),
@@ -252,6 +255,7 @@ void Http2Connection::calm(H2Limit which) noexcept {
   nghttp2_session_terminate_session(s_, NGHTTP2_ENHANCE_YOUR_CALM);
   goaway_ = true;
   dead_ = true;  // read no more; the writer sends the GOAWAY and closes
+  linger_ = true;
   kick();
 }
 
@@ -260,8 +264,13 @@ bool Http2Connection::control_frame() noexcept {
   if (t - control_window_ >= std::chrono::seconds(1)) {
     control_window_ = t;
     control_in_window_ = 0;
+    control_earned_ = 0;
   }
-  if (++control_in_window_ <= h2cfg_.max_control_per_second) return true;
+  // A busy, honest client sends control frames in step with its work:
+  // WINDOW_UPDATEs for the DATA levee sent, PINGs (gRPC's bandwidth probe)
+  // as answers arrive. Each stream it opens and each DATA frame levee sends
+  // earns that much more; a flood is control frames beyond the work.
+  if (++control_in_window_ <= h2cfg_.max_control_per_second + control_earned_) return true;
   calm(H2Limit::ControlFlood);
   return false;
 }
@@ -340,6 +349,7 @@ bool Http2Connection::feed(const char* data, std::size_t n) {
     }
     dead_ = true;
     goaway_ = true;
+    linger_ = true;
   }
   if (!dead_) start_streams();
   else to_start_.clear();
@@ -393,6 +403,7 @@ awaitable<void> Http2Connection::writer() {
       (void)n;
       if (ec) {
         dead_ = true;
+        linger_ = false;  // nothing more reaches the client
         break;
       }
       for (const std::int32_t id : std::exchange(copied_, {}))
@@ -410,9 +421,13 @@ awaitable<void> Http2Connection::writer() {
   closed_ = true;
   dead_ = true;
   unlink();
-  stream_.close();
   for (auto& [id, st] : streams_) st->on_close(NGHTTP2_CANCEL);
   std::erase_if(streams_, [](const auto& kv) { return !kv.second->started || kv.second->exchange_done; });
+  // Closed for a limit or a protocol error while the client may still be
+  // sending (a flood is sending): the GOAWAY must not be lost to a reset.
+  // The reader has stopped (it set the limit), so this is the only read.
+  if (linger_ && reading_done_) co_await stream_.linger(asio::buffer(rbuf_));
+  stream_.close();
 }
 
 // --- the hand-over from HTTP/1.1 -------------------------------------------------

@@ -69,6 +69,8 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
   void count(H2Limit which) noexcept;
   /// A control frame (SETTINGS, PING, empty DATA...): false past the rate.
   bool control_frame() noexcept;
+  /// Work done (a stream opened, a DATA frame sent) earns control frames.
+  void earn_control(std::uint32_t n) noexcept { control_earned_ += n; }
   /// A client reset of an unanswered stream: false past the rate.
   bool client_reset() noexcept;
   void stream_ended(std::int32_t id);  ///< exchange finished and the session closed it
@@ -82,6 +84,8 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
   const std::uint32_t max_header_bytes_;
   const std::uint32_t max_headers_;
   const core::Duration body_timeout_;
+  const std::uint32_t min_rate_;         ///< the listener's minimum data rate (bytes/s; 0: none)
+  const core::Duration min_rate_grace_;
   const core::Duration idle_timeout_;
   Stream stream_;
   Peer peer_;
@@ -100,12 +104,14 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
   // Rate limits: per-second windows.
   core::TimePoint control_window_{};
   std::uint32_t control_in_window_ = 0;
+  std::uint32_t control_earned_ = 0;
   double reset_tokens_ = -1;
   core::TimePoint reset_refill_{};
   std::uint64_t streams_seen_ = 0;
   std::uint64_t resets_seen_ = 0;
   bool reading_done_ = false;
   bool dead_ = false;      ///< the socket failed, or a limit closed it
+  bool linger_ = false;    ///< closed for the client's fault: a lingering close, so that it reads the GOAWAY
   bool goaway_ = false;
   bool closed_ = false;
   bool handed_ = true;     ///< the accepted connection's counts are ours to give back

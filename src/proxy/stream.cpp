@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace levee::proxy {
 
@@ -216,6 +217,29 @@ void Stream::close() noexcept {
   error_code ec;
   sock_.shutdown(tcp::socket::shutdown_both, ec);
   sock_.close(ec);
+}
+
+awaitable<void> Stream::linger(asio::mutable_buffer scratch) {
+  shutdown_send();
+  // The deadline is checked after every read as well: a read that finds
+  // data waiting completes at once, so a cancel at the deadline may find
+  // no read to cancel. The timer reaches this Stream only while linger
+  // runs (its handler may run after linger has returned and the Stream
+  // is gone).
+  const auto deadline = Timer::clock_type::now() + std::chrono::seconds(2);
+  auto self = std::make_shared<Stream*>(this);
+  Timer t(sock_.get_executor(), deadline);
+  t.async_wait([self](error_code ec) {
+    if (!ec && *self) (*self)->cancel();
+  });
+  std::size_t drained = 0;
+  while (drained < 4 * 1024 * 1024 && Timer::clock_type::now() < deadline) {
+    auto [ec, n] = co_await read_some(scratch);
+    if (ec) break;
+    drained += n;
+  }
+  *self = nullptr;
+  t.cancel();
 }
 
 std::string_view Stream::alpn() const noexcept {

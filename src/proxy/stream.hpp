@@ -125,6 +125,13 @@ class Stream {
   void shutdown_send() noexcept;
   /// close_notify (TLS), then the TCP shutdown and close.
   void close() noexcept;
+  /// A lingering close, for a connection answered (a rejection, a GOAWAY
+  /// with an error) while the client may still be sending: closing at once
+  /// would make the kernel reset the connection when more arrives, and a
+  /// reset can destroy the answer before the client reads it. So: stop
+  /// sending, then read into scratch and discard, for at most 2 s and
+  /// 4 MiB. The caller closes afterwards.
+  awaitable<void> linger(asio::mutable_buffer scratch);
 
   /// The protocol ALPN chose ("" when none).
   std::string_view alpn() const noexcept;

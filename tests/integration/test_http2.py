@@ -84,7 +84,10 @@ class H2Client:
                 self.events.append("closed")
                 break
             self.events += self.conn.receive_data(data)
-            self.flush()
+            try:
+                self.flush()
+            except OSError:
+                pass  # levee stopped reading (a GOAWAY); what it sent is still read
         return self.events
 
     def response(self, sid, timeout=10):
@@ -94,6 +97,20 @@ class H2Client:
         blocks = [dict(e.headers) for e in self.events
                   if isinstance(e, (h2.events.ResponseReceived, h2.events.TrailersReceived)) and e.stream_id == sid]
         return blocks
+
+    def ending(self, timeout=10):
+        """How the connection ends, once read to its end: "fin", "reset"
+        or "timeout"."""
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            while self.sock.recv(65536):
+                pass
+        except TimeoutError:
+            return "timeout"
+        except OSError:  # ECONNRESET, or ENOTCONN: reset already
+            return "reset"
+        return "fin"
 
     def close(self):
         self.sock.close()
@@ -159,6 +176,25 @@ class Http2(unittest.TestCase):
                                 f"http://127.0.0.1:{lv.port}/sha256")
         self.assertEqual(rc, 0, err)
         self.assertEqual(out.split(), [sha256_hex(body), str(len(body))])
+
+    def test_expect_100_continue(self):
+        # The client holds its body until levee has admitted the request and
+        # says 100; then the body goes up whole.
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        c = H2Client(lv.port)
+        sid = c.conn.get_next_available_stream_id()
+        c.conn.send_headers(sid, [(":method", "POST"), (":path", "/sha256"), (":scheme", "http"), (":authority", "t"),
+                                  ("content-length", "5"), ("expect", "100-continue")])
+        c.flush()
+        c.pump(lambda ev: any(isinstance(e, h2.events.InformationalResponseReceived) for e in ev))
+        info = next(e for e in c.events if isinstance(e, h2.events.InformationalResponseReceived))
+        self.assertEqual(dict(info.headers)[":status"], "100")
+        c.conn.send_data(sid, b"hello", end_stream=True)
+        c.flush()
+        self.assertEqual(c.response(sid)[0][":status"], "200")
+        body = b"".join(e.data for e in c.events if isinstance(e, h2.events.DataReceived) and e.stream_id == sid)
+        self.assertEqual(body.split(), [sha256_hex(b"hello").encode(), b"5"])
+        c.close()
 
     def test_head_sent_upstream_and_a_large_response(self):
         lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
@@ -330,9 +366,41 @@ class Hostile(unittest.TestCase):
         except OSError:
             pass
         self.assertEqual(self.goaway_code(c), h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        # levee stopped reading with most of the flood unread: a close now
+        # would be a reset, which can destroy the GOAWAY before the client
+        # reads it. A lingering close ends it with a FIN.
+        self.assertEqual(c.ending(), "fin")
         c.close()
         self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 1)
         self.still_served(lv)
+
+    def test_a_busy_client_is_not_a_control_flood(self):
+        # What a gRPC client does: for each answer, a connection WINDOW_UPDATE
+        # and a PING (its bandwidth probe). 300 streams in well under a
+        # second is 600 control frames against a limit of 100: work earns
+        # its control frames, so the connection lives.
+        lv = Levee(self, [cluster("app", [self.be.address])],
+                   listener={"http2": {"enabled": True, "max_control_per_second": 100}})
+        c = H2Client(lv.port)
+        for i in range(300):
+            sid = c.request("/", [("x-test-id", f"busy{i}")])
+            blocks = c.response(sid)
+            self.assertEqual(blocks[0][":status"], "200")
+            c.conn.increment_flow_control_window(64)
+            c.conn.ping(b"%08d" % i)
+            c.flush()
+        self.assertNotIn("closed", c.events)
+        self.assertEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 0)
+        # Control frames with no work behind them are still a flood.
+        for _ in range(5000):
+            c.conn.increment_flow_control_window(1)
+        try:
+            c.flush()
+        except OSError:
+            pass
+        self.assertEqual(self.goaway_code(c), h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        c.close()
+        self.assertEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 1)
 
     def test_continuation_flood(self):
         lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
@@ -413,6 +481,62 @@ class Hostile(unittest.TestCase):
         c.flush()
         self.assertEqual(c.response(sid)[0][":status"], "200")
         c.close()
+
+    def test_a_slow_upload_is_cut_at_the_minimum_rate(self):
+        # 500 bytes/s against a minimum of 4096/s after a 1 s grace: a 408
+        # well before body_timeout (30 s), and the backend never asked.
+        lv = Levee(self, [cluster("app", [self.be.address])],
+                   listener={"body_timeout": "30s", "min_rate": 4096, "min_rate_grace": "1s", **H2})
+        c = H2Client(lv.port)
+        sid = c.conn.get_next_available_stream_id()
+        c.conn.send_headers(sid, [(":method", "POST"), (":path", "/"), (":scheme", "http"), (":authority", "t"),
+                                  ("content-length", "100000"), ("x-test-id", "trickle")])
+        c.flush()
+        t0 = time.monotonic()
+        status = None
+        while time.monotonic() - t0 < 10 and status is None:
+            try:
+                c.conn.send_data(sid, b"x" * 100)
+                c.flush()
+            except Exception:  # noqa: BLE001  the stream ended under us
+                break
+            try:
+                c.pump(lambda ev: any(isinstance(e, h2.events.ResponseReceived) for e in ev), timeout=0.2)
+            except (AssertionError, OSError):  # nothing yet: send more
+                pass
+            got = [dict(e.headers) for e in c.events if isinstance(e, h2.events.ResponseReceived)]
+            status = got[0][":status"] if got else None
+        self.assertEqual(status, "408")
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertFalse(self.be.seen("trickle"))
+        c.close()
+
+    def test_a_slow_download_is_cut_at_the_minimum_rate(self):
+        # The client opens its window 100 bytes every 0.2 s (500 bytes/s):
+        # never a gap of body_timeout (30 s), but far below the minimum rate
+        # (4096/s, 1 s grace), so the stream is reset within seconds.
+        lv = Levee(self, [cluster("app", [self.be.address])],
+                   listener={"body_timeout": "30s", "min_rate": 4096, "min_rate_grace": "1s", **H2})
+        c = H2Client(lv.port)
+        c.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 100})
+        c.flush()
+        t0 = time.monotonic()
+        sid = c.request("/download?size=1000000")
+        reset = False
+        while time.monotonic() - t0 < 20 and not reset:
+            try:
+                c.pump(lambda ev: any(isinstance(e, h2.events.StreamReset) for e in ev), timeout=0.2)
+            except (AssertionError, OSError):  # nothing yet: open the window a little
+                pass
+            reset = any(isinstance(e, h2.events.StreamReset) and e.stream_id == sid for e in c.events)
+            if not reset and sid in c.conn.streams:
+                c.conn.increment_flow_control_window(100, stream_id=sid)
+                c.conn.increment_flow_control_window(100)
+                c.flush()
+        self.assertTrue(reset)
+        self.assertLess(time.monotonic() - t0, 12)
+        c.close()
+        self.still_served(lv)
 
     def test_oversized_header_list_gets_431(self):
         lv = Levee(self, [cluster("app", [self.be.address])], listener={"max_header_bytes": 4096, "max_request_line": 1024, **H2})
