@@ -44,7 +44,7 @@ AdminReply json(int status, std::string body) {
   return r;
 }
 
-std::string quoted(std::string_view s) {
+std::string json_quoted(std::string_view s) {
   std::string o = "\"";
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
@@ -100,6 +100,28 @@ bool Server::authorized(const AdminRequest& r) const {
          same_secret(std::string_view(r.authorization).substr(bearer.size()), token);
 }
 
+bool Server::readable(const AdminRequest& r, std::string_view path) const {
+  const auto& open = cfg_->admin.open_paths;
+  return std::find(open.begin(), open.end(), path) != open.end() || authorized(r);
+}
+
+void Server::refused(const std::string& what, const AdminRequest& r, std::string_view why) {
+  // At most one line a second: a client off loopback could otherwise fill
+  // the process log with refusals. The lines skipped are counted in the next.
+  const auto t = std::chrono::steady_clock::now();
+  if (t - refusal_logged_ < std::chrono::seconds(1)) {
+    ++refusals_unlogged_;
+    return;
+  }
+  refusal_logged_ = t;
+  const auto skipped = std::exchange(refusals_unlogged_, 0);
+  if (skipped > 0)
+    spdlog::warn("admin: {} from {} refused: {} ({} more refused since the last such line)", what, r.peer.to_string(),
+                 why, skipped);
+  else
+    spdlog::warn("admin: {} from {} refused: {}", what, r.peer.to_string(), why);
+}
+
 void Server::count_action(std::string_view action, bool ok) {
   for (std::size_t i = 0; i < kAdminActions.size(); ++i)
     if (kAdminActions[i] == action) actions_.inc(0, actions_.index({i, ok ? 0u : 1u}));
@@ -108,9 +130,15 @@ void Server::count_action(std::string_view action, bool ok) {
 asio::awaitable<AdminReply> Server::admin_request(const AdminRequest& r) {
   const std::string& p = r.path;
   const bool read = r.method == "GET" || r.method == "HEAD";
-  const bool known_get = p == "/metrics" || p == "/healthz" || p == "/ready" || p == "/admin/clusters" ||
-                         p == "/admin/config" || p == "/admin/info" || p == "/admin/stats";
-  if ((p == "/admin/" || p == "/admin") && read) {
+  const bool page = p == "/admin/" || p == "/admin";
+  const bool known_get =
+      !page && std::find(std::begin(config::kAdminPages), std::end(config::kAdminPages), p) != std::end(config::kAdminPages);
+  if (read && (known_get || page) && !readable(r, page ? std::string_view("/admin/") : std::string_view(p))) {
+    refused("GET " + p, r, "not loopback, not in admin.open_paths, and no valid token");
+    co_return text(403, "forbidden: off loopback this page needs a bearer token (admin.token_file) "
+                        "unless admin.open_paths lists it\n");
+  }
+  if (page && read) {
     AdminReply out{200, "text/html; charset=utf-8", std::string(admin_page_html()), {}};
     // The page runs no script but its own and loads nothing from elsewhere.
     out.extra = "content-security-policy: default-src 'self'; script-src 'unsafe-inline'; "
@@ -151,7 +179,7 @@ asio::awaitable<AdminReply> Server::admin_request(const AdminRequest& r) {
     co_return out;
   }
   if (!authorized(r)) {
-    spdlog::warn("admin: {} from {} refused: not loopback and no valid token", p, r.peer.to_string());
+    refused(p, r, "not loopback and no valid token");
     co_return text(403, "forbidden: admin actions are for loopback clients or a bearer token (admin.token_file)\n");
   }
   if (p == "/admin/reload") {
@@ -162,11 +190,11 @@ asio::awaitable<AdminReply> Server::admin_request(const AdminRequest& r) {
       // Answer once every worker runs it: the next request sees it.
       const bool applied_all = co_await applied(res.generation);
       o << "{\"ok\":true,\"generation\":" << res.generation << ",\"applied\":" << (applied_all ? "true" : "false")
-        << ",\"changed\":" << quoted(res.summary) << "}\n";
+        << ",\"changed\":" << json_quoted(res.summary) << "}\n";
       co_return json(200, o.str());
     }
     o << "{\"ok\":false,\"generation\":" << res.generation << ",\"errors\":[";
-    for (std::size_t i = 0; i < res.errors.size(); ++i) o << (i ? "," : "") << quoted(res.errors[i]);
+    for (std::size_t i = 0; i < res.errors.size(); ++i) o << (i ? "," : "") << json_quoted(res.errors[i]);
     o << "]}\n";
     co_return json(400, o.str());
   }

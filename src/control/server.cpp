@@ -11,6 +11,7 @@
 #include "control/cpu.hpp"
 #include "control/systemd_notify.hpp"
 #include "proxy/runtime.hpp"
+#include "proxy/tls_context.hpp"
 #include "proxy/worker.hpp"
 
 namespace levee::control {
@@ -73,6 +74,8 @@ Server::Server(std::shared_ptr<const config::Config> cfg, std::string text, unsi
   resolver_ = std::make_unique<Resolver>(admin_ctx_, [this] { schedule_rebuild("a hostname's addresses changed"); });
   resolver_->watch(*cfg_);
   rt_ = std::make_shared<proxy::Runtime>(cfg_, n, process_, nullptr, resolver_->discovered(), overrides_);
+  for (const auto& l : rt_->listeners)
+    if (l->tls) l->tls->adopt();
   log_ = std::make_unique<AccessLog>(cfg_->access_log, n);
   for (std::size_t i = 0; i < n; ++i) workers_.push_back(std::make_unique<proxy::Worker>(i, rt_, log_->shard(i)));
   if (cfg_->quota_sync.enabled) {

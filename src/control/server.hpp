@@ -17,6 +17,8 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <array>
+#include <chrono>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -139,7 +141,11 @@ class Server {
   AdminReply dry_run_action(const AdminRequest& r);
   AdminReply log_level_action(const AdminRequest& r);
   bool authorized(const AdminRequest& r) const;
+  /// A GET of `path` is answered: loopback, a page in admin.open_paths, or the token.
+  bool readable(const AdminRequest& r, std::string_view path) const;
   void count_action(std::string_view action, bool ok);
+  /// Logs a refused admin request, at most one line a second.
+  void refused(const std::string& what, const AdminRequest& r, std::string_view why);
 
   // --- admin_pages.cpp
   std::pair<bool, std::string> ready() const;
@@ -178,6 +184,8 @@ class Server {
   metrics::CounterTable reloads_;
   metrics::CounterTable actions_;
   double last_reload_ok_ = 0;  ///< unix seconds of the last successful reload (or start)
+  std::chrono::steady_clock::time_point refusal_logged_{};  ///< the last refusal logged (admin thread)
+  std::uint64_t refusals_unlogged_ = 0;                      ///< refusals since, not logged
   ShedHistory history_;
   boost::asio::io_context admin_ctx_{1};
   boost::asio::signal_set signals_;

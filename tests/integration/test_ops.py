@@ -5,6 +5,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import tempfile
@@ -609,13 +610,98 @@ class AdminToken(unittest.TestCase):
         self.assertEqual(lv.admin_get("/ready")[0], 200)
         self.assertEqual(post(ip, "/admin/drain", {"Authorization": "Bearer s3cret-token-0123456789"}), 200)
         self.assertEqual(lv.admin_get("/ready")[0], 503)
-        # Loopback needs none; reading needs none from anywhere.
+        # Loopback needs none.
         self.assertEqual(post("127.0.0.1", "/admin/undrain"), 200)
-        c = http.client.HTTPConnection(ip, lv.admin_port, timeout=5)
-        c.request("GET", "/admin/info")
-        self.assertEqual(c.getresponse().status, 200)
-        c.close()
         self.assertIn("refused: not loopback and no valid token", lv.proc.output())
+
+    def test_pages_off_loopback_need_the_token_unless_open(self):
+        ip = non_loopback_ipv4()
+        if not ip:
+            self.skipTest("no non-loopback IPv4 address on this host")
+        a = Backend(self, name="a")
+        token = "s3cret-token-0123456789"
+        fd, token_file = tempfile.mkstemp(prefix="levee-token-")
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        self.addCleanup(os.unlink, token_file)
+        lv = Levee(self, [cluster("a", [a.address])],
+                   extra={"admin": {"address": "0.0.0.0", "token_file": token_file}})
+
+        def get(host, path, headers=None):
+            c = http.client.HTTPConnection(host, lv.admin_port, timeout=5)
+            c.request("GET", path, headers=headers or {})
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            return r.status, body
+
+        bearer = {"Authorization": "Bearer " + token}
+        # Probes and scrapes carry no token: open by default.
+        for path in ("/healthz", "/ready", "/metrics"):
+            self.assertEqual(get(ip, path)[0], 200, path)
+        # What describes the inside (topology, configuration, the live page)
+        # needs the token from off loopback, and gets nothing without it.
+        for path in ("/admin/", "/admin", "/admin/clusters", "/admin/config", "/admin/info", "/admin/stats"):
+            status, body = get(ip, path)
+            self.assertEqual(status, 403, path)
+            self.assertNotIn(b"generation", body)
+            self.assertEqual(get(ip, path, {"Authorization": "Bearer wrong-token-0123456789"})[0], 403, path)
+            self.assertEqual(get(ip, path, bearer)[0], 200, path)
+            self.assertEqual(get("127.0.0.1", path)[0], 200, path)
+        # The first refusal is logged (the rest of this second's are not).
+        self.assertIn("GET /admin/ from " + ip + " refused", lv.proc.output())
+        # open_paths narrows (or widens) what is open; a reload applies it.
+        cfg = json.loads(json.dumps(lv.cfg))
+        cfg["admin"]["open_paths"] = ["/healthz", "/admin/info"]
+        rewrite(lv, cfg)
+        lv.proc.signal(signal.SIGHUP)
+        wait_until(lambda: generation(lv) == 2, what="generation 2")
+        self.assertEqual(get(ip, "/healthz")[0], 200)
+        self.assertEqual(get(ip, "/admin/info")[0], 200)
+        self.assertEqual(get(ip, "/metrics")[0], 403)
+        self.assertEqual(get(ip, "/ready")[0], 403)
+        self.assertEqual(get(ip, "/metrics", bearer)[0], 200)
+
+    def test_refusals_are_logged_at_most_once_a_second(self):
+        # A client off loopback must not be able to fill the process log.
+        ip = non_loopback_ipv4()
+        if not ip:
+            self.skipTest("no non-loopback IPv4 address on this host")
+        a = Backend(self, name="a")
+        lv = Levee(self, [cluster("a", [a.address])], extra={"admin": {"address": "0.0.0.0"}})
+        start = time.monotonic()
+        sent = 0
+
+        def refuse():
+            nonlocal sent
+            c = http.client.HTTPConnection(ip, lv.admin_port, timeout=5)
+            c.request("POST", "/admin/drain", body=b"")
+            self.assertEqual(c.getresponse().status, 403)
+            c.close()
+            sent += 1
+            return "more refused since the last such line" in lv.proc.output()
+        wait_until(refuse, timeout=10, what="a line counting the refusals it did not log")
+        elapsed = time.monotonic() - start
+        lines = [line for line in lv.proc.output().splitlines() if "/admin/drain from" in line]
+        self.assertGreater(sent, len(lines))
+        self.assertLessEqual(len(lines), int(elapsed) + 1)
+        skipped = int(re.search(r"\((\d+) more refused since", lines[-1]).group(1))
+        self.assertGreaterEqual(skipped, 1)
+
+    def test_open_paths_name_only_pages_levee_serves(self):
+        from harness import LEVEE
+        import subprocess
+        cfg = {"admin": {"open_paths": ["/healthz", "/admin/reload"]},
+               "listeners": [{"name": "main", "address": "127.0.0.1", "port": free_port(),
+                              "routes": [{"cluster": "a"}]}],
+               "clusters": [cluster("a", ["127.0.0.1:1"])]}
+        fd, path = tempfile.mkstemp(suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            json.dump(cfg, f, indent=1)
+        self.addCleanup(os.unlink, path)
+        r = subprocess.run([LEVEE, "--validate", path], capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r":\d+:\d+: admin\.open_paths\[1\]: '/admin/reload' is not a page")
 
 
 if __name__ == "__main__":

@@ -171,6 +171,25 @@ clusters: [{name: app, endpoints: ["127.0.0.1:9"], health_check: {path: "/h?x=1"
 )", "t.yaml").ok());
 }
 
+TEST_CASE("an http2 cluster: its settings, and what it cannot be combined with", "[config]") {
+  auto r = load_string(R"(listeners: [{port: 8080, routes: [{cluster: g}]}]
+clusters: [{name: g, endpoints: ["127.0.0.1:9"], protocol: http2, http2: {max_connections: 4, max_concurrent_streams: 50}}]
+)", "t.yaml");
+  REQUIRE(r.ok());
+  CHECK(r.config->clusters[0].protocol == ClusterConfig::Protocol::Http2);
+  CHECK(r.config->clusters[0].http2.max_connections == 4);
+  CHECK(r.config->clusters[0].http2.max_concurrent_streams == 50);
+  // Active health checks are HTTP/1.1 (a fuse caps an http2 cluster's streams: allowed).
+  auto out = errors_of(R"(listeners:
+  - {port: 8080, routes: [{cluster: g, fuse: true}]}
+clusters:
+  - {name: g, endpoints: ["127.0.0.1:9"], protocol: http2, health_check: {path: /h}}
+  - {name: h, endpoints: ["127.0.0.1:9"], protocol: spdy}
+)");
+  CHECK(out.find("t.yaml:4:74: clusters[0].health_check: is HTTP/1.1 only") != std::string::npos);
+  CHECK(out.find("clusters[1].protocol: must be http1 or http2, not 'spdy'") != std::string::npos);
+}
+
 TEST_CASE("tenant quotas need a default and overrides must name known tenants", "[config]") {
   auto out = errors_of(R"(tenants:
   quotas: {gmail: 4.0, android: -1}
