@@ -113,7 +113,18 @@ if [ "$want_test" -eq 1 ]; then
              python3 openssl procps iproute2 python3-h2 python3-grpcio
              systemd dpkg-dev file python3-kubernetes python3-jsonschema
              clang libclang-rt-dev)  # libFuzzer, ASan, UBSan for clang (a Recommends of clang's)
-  test_pkgs+=(chromium)  # the admin page's browser test (headless)
+  # The admin page's browser test (headless). Ubuntu ships Chromium only as
+  # a snap (its chromium-browser package is a shim that asks for the snap).
+  if [ "${ID:-}" = ubuntu ]; then
+    if [ ! -x /snap/bin/chromium ]; then
+      if command -v snap >/dev/null && $SUDO snap install chromium; then :; else
+        echo "deps.sh: Ubuntu has Chromium only as a snap, and 'snap install chromium' failed" \
+             "(no snapd here?): test_admin_page will fail" >&2
+      fi
+    fi
+  else
+    test_pkgs+=(chromium)
+  fi
   apt_install "${test_pkgs[@]}"
   if [ "$codename" = bookworm ] && [ ! -f "$PREFIX/.stamp-k8s-v1" ]; then
     mkdir -p "$PREFIX"

@@ -5,6 +5,11 @@
 // fill the same structures from its header block.
 #pragma once
 
+// Boost 1.83's beast/http/impl/field.ipp uses std::uint32_t without
+// including <cstdint>, which GCC 13's libstdc++ no longer brings in with
+// other headers (Debian 13, Ubuntu 24.04): it comes first.
+#include <cstdint>
+
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/verb.hpp>
 

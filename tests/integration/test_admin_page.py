@@ -13,7 +13,9 @@ import unittest
 
 from harness import Backend, Levee, cluster, run_loadgen, wait_until
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Debian's package, or Ubuntu's snap (Ubuntu's chromium-browser package is
+# only a shim asking for the snap).
+CHROMIUM = shutil.which("chromium") or next((p for p in ("/snap/bin/chromium",) if os.access(p, os.X_OK)), None)
 
 
 class Dom(html.parser.HTMLParser):
@@ -56,7 +58,8 @@ def render(lv, profile):
 
 class AdminPage(unittest.TestCase):
     def setUp(self):
-        self.assertIsNotNone(CHROMIUM, "chromium is not installed (scripts/deps.sh --test installs it)")
+        self.assertIsNotNone(CHROMIUM, "chromium is not installed (scripts/deps.sh --test installs it; "
+                                       "on Ubuntu it is the snap: snap install chromium)")
         self.profile = tempfile.mkdtemp(prefix="levee-chromium-")
         self.addCleanup(shutil.rmtree, self.profile, True)
 

@@ -71,7 +71,8 @@ class ActiveChecks(unittest.TestCase):
         mark = len(load.results)
         wait_until(lambda: len(load.results) > mark + 200, what="traffic without b")
         after = load.results[mark:]
-        self.assertTrue(all(s == 200 for _, s, _ in after), "requests failed while b was out")
+        self.assertTrue(all(s == 200 for _, s, _ in after),
+                        f"requests failed while b was out: {[(s, who) for _, s, who in after if s != 200][:5]}")
         self.assertTrue(all(who == "a" for _, _, who in after))
         # Restart b: it returns after `healthy` checks and ramps over 4 s.
         b2 = Backend(self, name="b", workers=64, service="fixed:1ms", port=port_b)
