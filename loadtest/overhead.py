@@ -12,6 +12,21 @@ pairs:
 
     python3 loadtest/overhead.py [--seconds 10] [--repeat 5] [--connections 50] [--only levee,haproxy]
                                  [--baseline OTHER_LEVEE_BINARY]
+                                 [--tls [--close] [--no-resume] [--levee-tls JSON]]
+
+--tls: every front terminates TLS with the same ECDSA P-256 certificate
+(made here with openssl), wrk speaks https and negotiates TLS 1.3 with
+each; the backend stays cleartext. Each front keeps its own TLS defaults
+(levee's shipped ones; HAProxy's and nginx's, with nginx 1.22 given TLS
+1.3, which it does not enable by default, and the shared session cache its
+documentation recommends). Each TLS front is checked to negotiate TLS 1.3
+before the runs. --close adds `Connection:
+close` to every request, so each one is a new connection and a new
+handshake: a resumed one, since wrk offers the session its connection had
+before (SSL_clear keeps it), wherever the front sends a fresh ticket.
+--no-resume turns resumption off on every front (no tickets, no session
+cache), so that with --close each request is a full handshake. levee-shed
+is not run with --tls.
 
 The backend is nginx answering `return 200 "ok"` (the cheapest server at
 hand, so it is not the bottleneck). On a 2+ CPU machine every proxy gets
@@ -33,20 +48,77 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import BUILD, Procs, free_port, machine, pin, start_static_backend, wait_port  # noqa: E402
+from run import BUILD, Procs, free_port, machine, pin, session_cpu, start_static_backend, wait_port  # noqa: E402
 
 
-def wrk(port, seconds, conns):
-    out = subprocess.run(pin("1") + ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency",
-                                     f"http://127.0.0.1:{port}/"], capture_output=True, text=True).stdout
+def wrk(port, seconds, conns, tls=False, close=False):
+    cmd = pin("1") + ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency"]
+    if close:
+        cmd += ["-H", "Connection: close"]
+    out = subprocess.run(cmd + [f"{'https' if tls else 'http'}://127.0.0.1:{port}/"],
+                         capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
 
     def lat(p):
         m = re.search(rf"\s{p}%\s+([0-9.]+)(us|ms|s)", out)
         v = float(m.group(1))
         return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
     non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    return {"rps": rps, "p50_ms": lat(50), "p99_ms": lat(99), "non2xx": int(non2xx.group(1)) if non2xx else 0}
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {"rps": rps, "p50_ms": lat(50), "p99_ms": lat(99), "non2xx": int(non2xx.group(1)) if non2xx else 0,
+            "errors": sum(int(g) for g in errs.groups()) if errs else 0, "requests": total}
+
+
+def make_cert(d):
+    """An ECDSA P-256 certificate for every TLS front: (cert, key, both in one file)."""
+    cert, key, both = (os.path.join(d, n) for n in ("cert.pem", "key.pem", "combined.pem"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=bench.test",
+                    "-addext", "subjectAltName=DNS:bench.test"], check=True, capture_output=True)
+    with open(both, "w") as f:
+        f.write(open(cert).read() + open(key).read())
+    return cert, key, both
+
+
+def tls13(port):
+    """Fails unless the server on port negotiates TLS 1.3 with a default client."""
+    out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-brief"], input=b"",
+                         capture_output=True, timeout=10)
+    text = (out.stdout + out.stderr).decode(errors="replace")
+    if "Protocol version: TLSv1.3" not in text:
+        raise RuntimeError(f"port {port} does not negotiate TLS 1.3:\n{text}")
+
+
+def tls_fronts(cert, key, both, resume=True, levee_tls=None):
+    """overhead.py's configs, each terminating TLS; with resume=False, none
+    resumes a session (no tickets, no session cache)."""
+    def hp(port, be, log):
+        cfg = haproxy_cfg(port, be, log)
+        bind = f"bind 127.0.0.1:{port}\n"
+        assert bind in cfg and cfg.startswith("global\n")
+        if not resume:
+            cfg = cfg.replace("global\n", "global\n  tune.ssl.cachesize 0\n", 1)
+        return cfg.replace(bind, f"bind 127.0.0.1:{port} ssl crt {both} alpn http/1.1"
+                                 f"{'' if resume else ' no-tls-tickets'}\n")
+
+    def ng(d, port, be, log):
+        cfg = nginx_cfg(d, port, be, log)
+        listen = f"listen 127.0.0.1:{port};"
+        assert listen in cfg
+        return cfg.replace(listen, f"listen 127.0.0.1:{port} ssl; ssl_certificate {cert}; ssl_certificate_key {key}; "
+                                   "ssl_protocols TLSv1.2 TLSv1.3; "  # 1.22 has no 1.3 by default
+                                   + ("ssl_session_cache shared:s:10m;" if resume else
+                                      "ssl_session_cache off; ssl_session_tickets off;"))
+
+    def lv(port, admin, be, access_log):
+        cfg = levee_cfg(port, admin, be, access_log)
+        cfg["listeners"][0]["tls"] = {"certificate": cert, "key": key}
+        if not resume:
+            cfg["listeners"][0]["tls"].update({"session_tickets": False, "session_cache": 0})
+        cfg["listeners"][0]["tls"].update(levee_tls or {})
+        return cfg
+    return hp, ng, lv
 
 
 def haproxy_cfg(port, be, log):
@@ -138,6 +210,13 @@ def main():
     ap.add_argument("--levee", default=os.path.join(BUILD, "levee"), help="the levee binary to measure")
     ap.add_argument("--baseline", help="a second levee binary (e.g. a build of main), measured as levee-base "
                                        "interleaved with levee under the same conditions (before/after a change)")
+    ap.add_argument("--tls", action="store_true", help="every front terminates TLS (wrk over https)")
+    ap.add_argument("--close", action="store_true", help="Connection: close on every request (with --tls: a new "
+                                                         "handshake per request, resumed unless --no-resume)")
+    ap.add_argument("--no-resume", action="store_true", help="with --tls: no front resumes sessions (with --close: "
+                                                             "a full handshake per request)")
+    ap.add_argument("--levee-tls", help="with --tls: JSON merged into levee's listener tls settings, e.g. "
+                                        "'{\"shed_handshakes_above\": 0}'")
     ap.add_argument("--json")
     args = ap.parse_args()
     for tool in ("wrk", "nginx", "haproxy"):
@@ -147,8 +226,12 @@ def main():
     want = set(args.only.split(",")) if args.only else None
     try:
         be = start_static_backend(procs)
+        hp_cfg, ng_cfg, lv_cfg = haproxy_cfg, nginx_cfg, levee_cfg
+        if args.tls:
+            hp_cfg, ng_cfg, lv_cfg = tls_fronts(*make_cert(procs.dir), resume=not args.no_resume,
+                                                levee_tls=json.loads(args.levee_tls) if args.levee_tls else None)
         ports = {"direct": be}
-        ports.update(start_fronts(procs, be, want, haproxy_cfg, nginx_cfg))
+        ports.update(start_fronts(procs, be, want, hp_cfg, ng_cfg))
         levees = [("levee", None, args.levee), ("levee-log", os.path.join(procs.dir, "levee-access.log"), args.levee)]
         if args.baseline:
             levees.append(("levee-base", None, args.baseline))
@@ -158,13 +241,13 @@ def main():
             port, admin = free_port(), free_port()
             path = os.path.join(procs.dir, name + ".yaml")
             with open(path, "w") as f:
-                json.dump(levee_cfg(port, admin, be, log), f)
+                json.dump(lv_cfg(port, admin, be, log), f)
             procs.start(pin("0") + [binary, "-c", path], name)
             ports[name] = port
         # The same levee shedding every request at gate 1 (thresholds of 0):
         # the full cost of a rejection (parse, classify, answer) against a
         # proxied request's.
-        if not want or "levee-shed" in want:
+        if not args.tls and (not want or "levee-shed" in want):
             sp, sa = free_port(), free_port()
             cfg = levee_cfg(sp, sa, be, None)
             cfg["self_protection"] = {"time_constant": "10ms", "thresholds": {
@@ -181,21 +264,41 @@ def main():
             ports["levee-shed"] = sp
         for p in ports.values():
             wait_port(p)
-        for p in ports.values():  # warm connection pools
-            wrk(p, 1, args.connections)
+        sids = {name: p.pid for name, p in procs.items}
+        sids["direct"] = sids["backend"]
+
+        def run(name, port, seconds):
+            # The front's CPU per request, beside the client's figures: on
+            # 2 cores wrk may be what limits the rate, and then the front
+            # with spare time shows it here.
+            tls = args.tls and name != "direct"  # the backend is cleartext
+            before = session_cpu(sids[name])
+            r = wrk(port, seconds, args.connections, tls=tls, close=args.close)
+            r["cpu_us"] = (session_cpu(sids[name]) - before) / max(1, r["requests"]) * 1e6
+            return r
+        if args.tls:
+            for name, port in ports.items():
+                if name != "direct":
+                    tls13(port)
+        for name, port in ports.items():  # warm connection pools
+            run(name, port, 1)
         results = {k: [] for k in ports}
         for _ in range(args.repeat):
             for name, port in ports.items():
-                results[name].append(wrk(port, args.seconds, args.connections))
+                results[name].append(run(name, port, args.seconds))
                 time.sleep(0.5)
     finally:
         procs.stop()
-    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms")} for k, v in results.items()}
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50_ms", "p99_ms", "cpu_us")}
+           for k, v in results.items()}
     for k, v in results.items():
-        med[k]["non2xx"] = sum(r["non2xx"] for r in v)
-    print(f"overhead benchmark: wrk -t1 -c{args.connections} -d{args.seconds}s, {args.repeat} runs each, interleaved, medians")
+        med[k]["non2xx"] = sum(r["non2xx"] for r in v) + sum(r["errors"] for r in v)
+    mode = ((" over TLS 1.3 (ECDSA P-256)" if args.tls else "") + (", no resumption" if args.no_resume else "")
+            + (", Connection: close" if args.close else ""))
+    print(f"overhead benchmark{mode}: wrk -t1 -c{args.connections} -d{args.seconds}s, {args.repeat} runs each, "
+          "interleaved, medians")
     print(f"machine: {machine()}")
-    print(f"{'front':>12} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx':>8}")
+    print(f"{'front':>12} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx/errors':>8} {'cpu us/req':>10}")
     for pair, (lv, hp, ng) in PAIRS.items():
         if hp not in med:
             continue
@@ -206,7 +309,7 @@ def main():
                 continue
             v = med[k]
             print(f"{k:>12} {v['rps']:10.0f} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['rps'] / base['rps']:17.3f} "
-                  f"{v['p99_ms'] / base['p99_ms']:15.3f} {v['non2xx']:8d}")
+                  f"{v['p99_ms'] / base['p99_ms']:15.3f} {v['non2xx']:8d} {v['cpu_us']:10.1f}")
     if "levee" in med and "levee-base" in med:
         lv, base = med["levee"], med["levee-base"]
         print(f"levee / levee-base (--baseline): req/s {lv['rps'] / base['rps']:.3f}, p50 {lv['p50_ms'] / base['p50_ms']:.3f}, "

@@ -100,6 +100,24 @@ class Procs:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def session_cpu(sid):
+    """CPU seconds (user + system) of every live process in session sid
+    (Procs starts each in its own): a server's cost, whatever it forks."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # fields[0] is the state: session is the 6th field of stat
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def start_static_backend(procs):
     """nginx answering `return 200 "ok"` on CPU 1: the cheapest backend at
     hand, for benchmarks of the proxy rather than of the backend. Returns
