@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import shutil
+import re
 import signal
 import socket
 import subprocess
@@ -295,6 +296,18 @@ def run_loadgen(port, phases, classes, warmup="0s", extra=()):
     if out.returncode != 0:
         raise AssertionError(f"loadgen failed: {out.stderr}")
     return json.loads(out.stdout)
+
+
+def closed_loop_rate(port, conns, seconds=1):
+    """Requests/s a closed loop of `conns` connections gets from 127.0.0.1:port
+    (wrk): what a backend really serves on this machine at this minute, its
+    timers and wake-ups included, to compare a goodput with."""
+    out = subprocess.run([tool("wrk"), "-t1", f"-c{conns}", f"-d{seconds}s", f"http://127.0.0.1:{port}/"],
+                         capture_output=True, text=True, timeout=seconds + 30).stdout
+    m = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    if not m:
+        raise AssertionError("wrk: " + out)
+    return float(m.group(1))
 
 
 def by_class(summary):

@@ -5,7 +5,7 @@ import threading
 import time
 import unittest
 
-from harness import Backend, Levee, by_class, cluster, raw_exchange, run_loadgen, wait_until
+from harness import Backend, Levee, by_class, closed_loop_rate, cluster, raw_exchange, run_loadgen, wait_until
 
 
 def static(limit, target="50ms", **extra):
@@ -19,7 +19,17 @@ class Criticality(unittest.TestCase):
         # Capacity: 4 workers x 20 ms = 200/s. Offered: 1000/s, of which
         # CRITICAL_PLUS is 50/s (a quarter of capacity).
         be = Backend(self, workers=4, service="fixed:20ms")
-        lv = Levee(self, [cluster("app", [be.address], **static(4))])
+        # What the backend serves at this minute with a request always
+        # waiting for each worker (its own timers and wake-ups included):
+        # about 190/s here, and it moves with the machine's neighbours.
+        capacity = closed_loop_rate(be.port, 8)
+        be.admin("reset")  # its counters (max_queued) start again for levee
+        # The limit is two above the workers, as a production limit would be:
+        # with it exactly at the workers every request would also pay one
+        # wake-up of levee and of the backend between a response and the
+        # next request, which on a shared VM costs from 1 to 6 ms per 20 ms
+        # request from one minute to the next (goodput 150-190/s measured).
+        lv = Levee(self, [cluster("app", [be.address], **static(6))])
         s = run_loadgen(lv.port, "4s@1000", [
             "name=cp,weight=5,criticality=CRITICAL_PLUS,deadline=1s",
             "name=s,weight=95,criticality=SHEDDABLE,deadline=1s"], warmup="1s")
@@ -29,12 +39,13 @@ class Criticality(unittest.TestCase):
         self.assertGreater(c["s"]["rejected"], c["s"]["offered"] * 0.5)
         self.assertEqual(c["s"]["timeouts"] + c["cp"]["timeouts"], 0)
         # Everything the backend could do was done (within 10%).
-        self.assertGreater(s["total"]["goodput"], 180)
+        self.assertGreater(s["total"]["goodput"], 0.9 * capacity, (s["total"], capacity))
         # Rejections are counted by reason, criticality and tenant.
         self.assertGreater(lv.metric("levee_rejected_total", cluster="app", criticality="SHEDDABLE"), 0)
         self.assertEqual(lv.metric("levee_rejected_total", cluster="app", criticality="CRITICAL_PLUS"), 0)
-        # The backend's own queue stayed short: levee kept the excess.
-        self.assertLessEqual(be.stats()["max_queued"], 4)
+        # The backend's own queue stayed short: levee kept the excess, and
+        # the backend never had more waiting than the limit's margin.
+        self.assertLessEqual(be.stats()["max_queued"], 2)
 
     def test_invalid_criticality_is_400_and_header_is_forwarded(self):
         be = Backend(self)
