@@ -107,10 +107,20 @@ bool Server::readable(const AdminRequest& r, std::string_view path) const {
 
 void Server::refused(const std::string& what, const AdminRequest& r, std::string_view why) {
   // At most one line a second: a client off loopback could otherwise fill
-  // the process log with refusals. The lines skipped are counted in the next.
+  // the process log with refusals. Those skipped are counted in the next
+  // line, or in a line of their own once their second is over (a burst
+  // that stops is accounted for too).
   const auto t = std::chrono::steady_clock::now();
   if (t - refusal_logged_ < std::chrono::seconds(1)) {
     ++refusals_unlogged_;
+    if (!refusal_flush_armed_) {
+      refusal_flush_armed_ = true;
+      refusal_timer_.expires_at(refusal_logged_ + std::chrono::seconds(1));
+      refusal_timer_.async_wait([this](boost::system::error_code ec) {
+        refusal_flush_armed_ = false;
+        if (!ec) flush_refusals();
+      });
+    }
     return;
   }
   refusal_logged_ = t;
@@ -120,6 +130,13 @@ void Server::refused(const std::string& what, const AdminRequest& r, std::string
                  why, skipped);
   else
     spdlog::warn("admin: {} from {} refused: {}", what, r.peer.to_string(), why);
+}
+
+void Server::flush_refusals() {
+  const auto skipped = std::exchange(refusals_unlogged_, 0);
+  if (skipped == 0) return;  // a refusal since has logged them
+  refusal_logged_ = std::chrono::steady_clock::now();
+  spdlog::warn("admin: {} more refused since the last such line (none since)", skipped);
 }
 
 void Server::count_action(std::string_view action, bool ok) {

@@ -67,7 +67,8 @@ Server::Server(std::shared_ptr<const config::Config> cfg, std::string text, unsi
       signals_(admin_ctx_, SIGTERM, SIGINT),
       drain_timer_(admin_ctx_),
       delay_timer_(admin_ctx_),
-      tick_timer_(admin_ctx_) {
+      tick_timer_(admin_ctx_),
+      refusal_timer_(admin_ctx_) {
   last_reload_ok_ = started_unix_;
   tls_stamp_ = tls_files_stamp(*cfg_);  // as the Runtime below loads them
   const std::size_t n = cfg_->workers ? cfg_->workers : available_cpus();

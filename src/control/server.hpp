@@ -146,6 +146,8 @@ class Server {
   void count_action(std::string_view action, bool ok);
   /// Logs a refused admin request, at most one line a second.
   void refused(const std::string& what, const AdminRequest& r, std::string_view why);
+  /// The refusals refused() did not log, in one line once their second is over.
+  void flush_refusals();
 
   // --- admin_pages.cpp
   std::pair<bool, std::string> ready() const;
@@ -192,6 +194,8 @@ class Server {
   boost::asio::steady_timer drain_timer_;
   boost::asio::steady_timer delay_timer_;
   boost::asio::steady_timer tick_timer_;
+  boost::asio::steady_timer refusal_timer_;  ///< writes the count of refusals not logged, a second on
+  bool refusal_flush_armed_ = false;
   core::TimePoint drain_deadline_{};
   enum class Drain : std::uint8_t { None, Delay, Active };
   Drain drain_ = Drain::None;
