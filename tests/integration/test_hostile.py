@@ -169,6 +169,38 @@ class Requests(unittest.TestCase):
         self.assertFalse(self.be.seen(marker), "reached the backend")
         self.after()
 
+    def test_a_refused_upload_trickled_on_is_closed_within_the_linger_bound(self):
+        # Answered before its body was read (a 400), the connection lingers:
+        # levee stops sending and reads what still comes, so a reset cannot
+        # destroy the answer. A client that trickles on forever must not keep
+        # it: 2 s at most, then close (the next byte gets a reset).
+        s = socket.create_connection(("127.0.0.1", self.lv.port), timeout=5)
+        self.addCleanup(s.close)
+        sent = time.monotonic()
+        s.sendall(b"POST / HTTP/1.1\r\nHost: a\r\nX-Criticality: URGENT\r\nContent-Length: 100000000\r\n\r\nxx")
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = s.recv(4096)
+            self.assertTrue(chunk, "closed before the answer")
+            reply += chunk
+        answered = time.monotonic()
+        self.assertEqual(status_of(reply), 400, reply[:200])
+        closed = None
+        while time.monotonic() - answered < 8:  # four times the bound
+            try:
+                s.sendall(b"y")
+            except (ConnectionResetError, BrokenPipeError):
+                closed = time.monotonic()
+                break
+            time.sleep(0.05)  # the trickle's pace, not a wait for levee
+        self.assertIsNotNone(closed, "still reading a trickle 8 s after the answer")
+        # Not before its 2 s (it began after the request was sent: the client
+        # kept sending, so nothing else ended it), and soon after: the second
+        # byte after the close fails at the latest.
+        self.assertGreaterEqual(closed - sent, 2.0)
+        self.assertLess(closed - answered, 4.0)
+        self.after()
+
     def test_header_timeout_is_408(self):
         s = socket.create_connection(("127.0.0.1", self.lv.port), timeout=15)
         s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n")  # never finishes its head
