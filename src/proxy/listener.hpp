@@ -23,7 +23,7 @@
 #include "core/net.hpp"
 #include "core/time.hpp"
 #include "proxy/asio.hpp"
-#include "proxy/ticket_keys.hpp"
+#include "proxy/tls_sessions.hpp"
 
 namespace levee::proxy {
 

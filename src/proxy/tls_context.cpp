@@ -1,16 +1,14 @@
 // The listeners' side of TLS: certificates chosen by SNI, ALPN, OCSP
-// stapling, session tickets and the session cache, client certificates,
-// and handshake admission. The clusters' side is in tls_client.cpp.
+// stapling, client certificates, and handshake admission. Session tickets
+// and the session cache are in tls_sessions.cpp, the clusters' side in
+// tls_client.cpp.
 #include "proxy/tls_context.hpp"
 
-#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/ocsp.h>
 
 #include <ctime>
-#include <unordered_map>
-#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -171,117 +169,6 @@ int on_client_hello(SSL* ssl, int* alert, void* arg) {
   return SSL_CLIENT_HELLO_SUCCESS;
 }
 
-/// The slot's session cache, held by each server context (a shared_ptr on
-/// the heap, freed with the context: a context outlives its ServerTls while
-/// connections made with it remain).
-void free_session_cache(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
-  delete static_cast<std::shared_ptr<SessionCache>*>(ptr);
-}
-int session_cache_index() {
-  static const int i = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, free_session_cache);
-  return i;
-}
-SessionCache* session_cache_of(SSL_CTX* ctx) {
-  auto* p = static_cast<std::shared_ptr<SessionCache>*>(SSL_CTX_get_ex_data(ctx, session_cache_index()));
-  return p ? p->get() : nullptr;
-}
-
-int on_new_server_session(SSL* ssl, SSL_SESSION* sess) {
-  // TLS 1.3 with tickets: the session is the ticket itself, never looked
-  // up by ID; caching it would only evict the TLS 1.2 sessions.
-  if (SSL_version(ssl) >= TLS1_3_VERSION && (SSL_get_options(ssl) & SSL_OP_NO_TICKET) == 0) return 0;
-  SessionCache* c = session_cache_of(SSL_get_SSL_CTX(ssl));
-  if (c == nullptr) return 0;
-  unsigned int len = 0;
-  const unsigned char* id = SSL_SESSION_get_id(sess, &len);
-  std::string key(reinterpret_cast<const char*>(id), len);
-  std::lock_guard lk(c->mu);
-  if (c->capacity == 0) return 0;
-  if (c->order.size() > 2 * c->capacity) {
-    // Removed sessions leave their ids in `order`: drop those (and repeats).
-    std::deque<std::string> kept;
-    std::unordered_map<std::string, std::size_t> last;
-    for (std::size_t i = 0; i < c->order.size(); ++i) last[c->order[i]] = i;
-    for (std::size_t i = 0; i < c->order.size(); ++i)
-      if (last[c->order[i]] == i && c->by_id.contains(c->order[i])) kept.push_back(std::move(c->order[i]));
-    c->order = std::move(kept);
-  }
-  while (c->by_id.size() >= c->capacity && !c->order.empty()) {
-    auto it = c->by_id.find(c->order.front());
-    c->order.pop_front();
-    if (it != c->by_id.end()) {
-      SSL_SESSION_free(it->second);
-      c->by_id.erase(it);
-    }
-  }
-  auto [it, fresh] = c->by_id.try_emplace(key, sess);
-  if (!fresh) SSL_SESSION_free(std::exchange(it->second, sess));
-  c->order.push_back(std::move(key));
-  return 1;  // the cache holds the reference now
-}
-
-SSL_SESSION* on_get_server_session(SSL* ssl, const unsigned char* id, int len, int* copy) {
-  *copy = 0;
-  SessionCache* c = session_cache_of(SSL_get_SSL_CTX(ssl));
-  if (c == nullptr) return nullptr;
-  std::lock_guard lk(c->mu);
-  auto it = c->by_id.find(std::string(reinterpret_cast<const char*>(id), static_cast<std::size_t>(len)));
-  if (it == c->by_id.end()) return nullptr;
-  SSL_SESSION_up_ref(it->second);  // OpenSSL checks its age and frees its reference
-  return it->second;
-}
-
-void on_remove_server_session(SSL_CTX* ctx, SSL_SESSION* sess) {
-  SessionCache* c = session_cache_of(ctx);
-  if (c == nullptr) return;
-  unsigned int len = 0;
-  const unsigned char* id = SSL_SESSION_get_id(sess, &len);
-  std::lock_guard lk(c->mu);
-  auto it = c->by_id.find(std::string(reinterpret_cast<const char*>(id), len));
-  if (it == c->by_id.end()) return;
-  SSL_SESSION_free(it->second);
-  c->by_id.erase(it);
-}
-
-int server_tls_index() {
-  static const int i = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
-  return i;
-}
-
-/// Session tickets under the listener's own keys (proxy/ticket_keys.hpp):
-/// AES-256-CBC with HMAC-SHA256, the layout OpenSSL's own keys use.
-int on_ticket_key(SSL* ssl, unsigned char* name, unsigned char* iv, EVP_CIPHER_CTX* cipher, EVP_MAC_CTX* mac,
-                  int enc) {
-  const auto* t = static_cast<const ServerTls*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), server_tls_index()));
-  const TicketKeys* keys = t ? t->ticket_keys() : nullptr;
-  if (keys == nullptr) return enc ? 0 : 0;  // no ticket made; a ticket offered is not taken
-  TicketKeys::Key k;
-  int result = 1;
-  if (enc) {
-    auto e = keys->encrypting();
-    if (!e) return 0;
-    k = *e;
-    std::memcpy(name, k.name.data(), k.name.size());
-    if (RAND_bytes(iv, 16) != 1) return -1;
-    if (EVP_EncryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
-  } else {
-    auto f = keys->find(name);
-    if (!f) return 0;  // an unknown or aged-out key: a full handshake
-    k = f->first;
-    // 2: good, and send a fresh ticket. Under an older key, so that it is
-    // renewed under the newest; and always in TLS 1.3, whose clients use a
-    // ticket once (RFC 8446 C.4: OpenSSL's, browsers'): without a fresh one
-    // after each resumption, every other connection is a full handshake.
-    result = f->second && SSL_version(ssl) < TLS1_3_VERSION ? 1 : 2;
-    if (EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
-  }
-  char digest[] = "sha256";
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k.hmac.data(), k.hmac.size()),
-                         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
-  if (EVP_MAC_CTX_set_params(mac, params) != 1) return -1;
-  return result;
-}
-
 int on_server_name(SSL* ssl, int*, void* arg) {
   const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
   if (name == nullptr) return SSL_TLSEXT_ERR_OK;  // the default certificate
@@ -372,16 +259,12 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
                                    static_cast<unsigned int>(sid_ctx.size()));
     if (c.session_cache > 0) {
       // The slot's cache, not OpenSSL's per-context one, so a reload keeps it.
-      SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER | SSL_SESS_CACHE_NO_INTERNAL);
       if (!sessions) sessions = std::make_shared<SessionCache>(c.session_cache);
       {
         std::lock_guard lk(sessions->mu);
         sessions->capacity = c.session_cache;
       }
-      SSL_CTX_set_ex_data(ctx, session_cache_index(), new std::shared_ptr<SessionCache>(sessions));
-      SSL_CTX_sess_set_new_cb(ctx, on_new_server_session);
-      SSL_CTX_sess_set_get_cb(ctx, on_get_server_session);
-      SSL_CTX_sess_set_remove_cb(ctx, on_remove_server_session);
+      use_session_cache(ctx, sessions);
     } else {
       SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     }
@@ -470,10 +353,7 @@ std::shared_ptr<ServerTls> ServerTls::make(const config::ServerTlsConfig& c, con
       t->keys_ = std::move(keys);
       // Tickets go through levee's keys, on every certificate's context
       // (SNI may have switched to another when the ticket is made).
-      for (auto& cert : t->certs_) {
-        SSL_CTX_set_ex_data(cert.ctx, server_tls_index(), t.get());
-        SSL_CTX_set_tlsext_ticket_key_evp_cb(cert.ctx, on_ticket_key);
-      }
+      for (auto& cert : t->certs_) use_ticket_keys(cert.ctx, t->keys_);
     }
   }
   return t;

@@ -19,7 +19,7 @@
 #include "core/net.hpp"
 #include "core/time.hpp"
 #include "proxy/asio.hpp"
-#include "proxy/ticket_keys.hpp"
+#include "proxy/tls_sessions.hpp"
 
 struct ssl_st;
 struct ssl_ctx_st;

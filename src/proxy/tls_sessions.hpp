@@ -1,5 +1,7 @@
-// Session-ticket keys of one listener, kept with its slot so that they
-// survive reloads (a reload that drew new keys would send every returning
+// A TLS listener's resumption and handshake state, kept with its slot so
+// that it survives reloads, and the OpenSSL callbacks that use it.
+//
+// Session-ticket keys: kept across reloads (a reload that drew new keys would send every returning
 // client through a full handshake at once: a handshake storm of levee's own
 // making). The newest key encrypts new tickets; older ones still decrypt
 // (and the ticket is then renewed under the newest) until they age out.
@@ -12,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,6 +24,7 @@
 #include "core/time.hpp"
 
 struct ssl_session_st;
+struct ssl_ctx_st;
 
 namespace levee::proxy {
 
@@ -83,5 +87,13 @@ struct SessionCache {
   std::unordered_map<std::string, ssl_session_st*> by_id;
   std::deque<std::string> order;  ///< ids, oldest first (may name removed ones)
 };
+
+/// Makes a server context keep its TLS 1.2 sessions in `cache` (OpenSSL's
+/// per-context cache off) and hold the cache as long as it lives.
+void use_session_cache(ssl_ctx_st* ctx, const std::shared_ptr<SessionCache>& cache);
+/// Makes a server context encrypt and decrypt session tickets with `keys`
+/// (AES-256-CBC and HMAC-SHA256, OpenSSL's own layout), held as long as it
+/// lives: a TLS 1.3 resumption is answered with a fresh ticket.
+void use_ticket_keys(ssl_ctx_st* ctx, std::shared_ptr<const TicketKeys> keys);
 
 }  // namespace levee::proxy
