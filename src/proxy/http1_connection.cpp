@@ -162,6 +162,7 @@ awaitable<void> Http1Connection::run() {
     ++served_;
     if (!keep) break;
     if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
+    returning_.mark(w_.rt->process);  // served, and open for more
     // The listener of the worker's Runtime now (l_ belongs to the request
     // just served, whose Runtime a reload may have retired meanwhile).
     const Listener* now_l = w_.listener_in_slot(slot_);

@@ -24,6 +24,7 @@
 #include "proxy/asio.hpp"
 #include "proxy/downstream.hpp"
 #include "proxy/request_metrics.hpp"
+#include "proxy/returning_client.hpp"
 #include "proxy/stream.hpp"
 #include "proxy/worker.hpp"
 
@@ -114,6 +115,7 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
   bool linger_ = false;    ///< closed for the client's fault: a lingering close, so that it reads the GOAWAY
   bool goaway_ = false;
   bool closed_ = false;
+  ReturningClient returning_;  ///< counted once a stream has been answered
   bool handed_ = true;     ///< the accepted connection's counts are ours to give back
 };
 

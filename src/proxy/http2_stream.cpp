@@ -342,6 +342,7 @@ awaitable<void> H2Stream::run(std::shared_ptr<Http2Connection> keep) {
   }
   exchange_done = true;
   if (watcher_) unwatch();
+  if (response_done_ && !c_.closed_) c_.returning_.mark(c_.w_.rt->process);  // a client served, open for more
   if (!closed_ && !c_.closed_) {
     if (!response_done_) {
       // No whole answer (the client left, an upstream broke mid-body): reset.

@@ -1,4 +1,5 @@
 #include "proxy/runtime.hpp"
+#include "proxy/returning_client.hpp"
 
 #include <boost/asio/ip/address.hpp>
 
@@ -120,7 +121,8 @@ Runtime::Runtime(std::shared_ptr<const config::Config> c, std::size_t w, std::sh
                                                    std::move(routes), std::move(slot)));
     if (lc.tls.enabled)
       listeners.back()->tls =
-          server_tls(lc.tls, cfg->source, &process->executor_load, listeners.back()->slot->ticket_keys,
+          server_tls(lc.tls, cfg->source, &process->executor_load, &process->returning_clients,
+                     listeners.back()->slot->ticket_keys,
                      listeners.back()->slot->handshakes, listeners.back()->slot->sessions);
   }
   // The last shard is the control thread's (health checks).
@@ -137,6 +139,16 @@ Listener* Runtime::listener_in_slot(std::size_t slot) const noexcept {
   for (const auto& l : listeners)
     if (l->slot->id == slot) return l.get();
   return nullptr;
+}
+
+ReturningClient::~ReturningClient() {
+  if (process_) process_->returning_clients.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ReturningClient::mark(const std::shared_ptr<ProcessState>& process) noexcept {
+  if (process_ || !process) return;
+  process_ = process;
+  process_->returning_clients.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace levee::proxy

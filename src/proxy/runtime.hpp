@@ -46,6 +46,10 @@ struct ProcessState {
   std::atomic<std::uint16_t> levels{0};
   /// Listener slot ids are never reused within a process.
   std::atomic<std::size_t> next_slot{0};
+  /// Client connections served at least once that stay open for more
+  /// (keep-alive HTTP/1.1, HTTP/2 after a stream): the established clients
+  /// a flood of new handshakes would take the workers from.
+  std::atomic<std::uint32_t> returning_clients{0};
 };
 
 /// What a hostname endpoint resolved to, by (host, port): the addresses the

@@ -382,8 +382,13 @@ bool ServerTls::admit_handshake(bool resuming) const noexcept {
   // Handshakes past their hello, not counting this one.
   if (cfg_.max_handshakes != 0 && in_progress().load(std::memory_order_relaxed) >= cfg_.max_handshakes) return false;
   if (resuming) return true;
+  // Above the load, a full handshake would take the worker from the clients
+  // it already serves; with none (every client is new, as in a mass
+  // reconnect) there is nothing to protect, and refusing would only turn
+  // away clients the worker could serve.
   if (load_ != nullptr && cfg_.shed_handshakes_above > 0 &&
-      load_->load(std::memory_order_relaxed) > cfg_.shed_handshakes_above)
+      load_->load(std::memory_order_relaxed) > cfg_.shed_handshakes_above &&
+      (returning_ == nullptr || returning_->load(std::memory_order_relaxed) > 0))
     return false;
   if (cfg_.handshake_rate <= 0) return true;
   const double burst = std::max(1.0, cfg_.handshake_rate);  // a second's worth
@@ -497,12 +502,13 @@ core::PeerIdentity peer_identity(SSL* ssl) {
 
 std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
                                             const std::atomic<double>* executor_load,
+                                            const std::atomic<std::uint32_t>* returning_clients,
                                             std::shared_ptr<TicketKeys> keys, std::shared_ptr<HandshakeBudget> budget,
                                             std::shared_ptr<SessionCache> sessions) {
   std::vector<config::Error> errors;
   auto t = ServerTls::make(c, source, errors, std::move(keys), std::move(budget), std::move(sessions));
   if (t) {
-    t->watch_load(executor_load);
+    t->watch_load(executor_load, returning_clients);
     return t;
   }
   std::string msg;

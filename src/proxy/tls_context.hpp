@@ -56,8 +56,13 @@ class ServerTls {
   /// A handshake that took its place in `in_progress` ended; `full`: it
   /// was a full one (charged to the rate if it had claimed to resume).
   void handshake_done(bool admitted_as_resuming, bool full) const noexcept;
-  /// Where the executor load is published (the process's), for the load rule.
-  void watch_load(const std::atomic<double>* load) noexcept { load_ = load; }
+  /// Where the executor load and the count of returning clients are
+  /// published (the process's), for the load rule: full handshakes are shed
+  /// above the load only while there are established clients to protect.
+  void watch_load(const std::atomic<double>* load, const std::atomic<std::uint32_t>* returning) noexcept {
+    load_ = load;
+    returning_ = returning;
+  }
   /// Handshakes past their hello, of this listener (across reloads).
   std::atomic<std::uint32_t>& in_progress() const noexcept { return budget_->in_progress; }
   /// Draws a new ticket key when the rotation interval has passed (not for
@@ -83,6 +88,7 @@ class ServerTls {
   std::string alpn_wire_;    ///< the protocols offered, in ALPN's wire format
   std::vector<Cert> certs_;  ///< certs_[0] is the default and owns the session cache and ticket keys
   const std::atomic<double>* load_ = nullptr;
+  const std::atomic<std::uint32_t>* returning_ = nullptr;
   std::shared_ptr<TicketKeys> keys_;
   std::optional<std::vector<TicketKeys::Key>> file_keys_;  ///< read from session_ticket_keys_file
   // In progress, and the full-handshake token bucket (a handshake costs far
@@ -135,6 +141,7 @@ core::PeerIdentity peer_identity(ssl_st* ssl);
 /// formatted) when a file is bad.
 std::shared_ptr<const ServerTls> server_tls(const config::ServerTlsConfig& c, const std::string& source,
                                             const std::atomic<double>* executor_load = nullptr,
+                                            const std::atomic<std::uint32_t>* returning_clients = nullptr,
                                             std::shared_ptr<TicketKeys> keys = nullptr,
                                             std::shared_ptr<HandshakeBudget> budget = nullptr,
                                             std::shared_ptr<SessionCache> sessions = nullptr);

@@ -358,6 +358,59 @@ class TlsTermination(unittest.TestCase):
         wait_until(lambda: lv.metric("levee_tls_handshakes_total", result="refused") >= 1, what="the refusal counted")
         self.assertEqual(lv.metric("levee_tls_handshakes_total", result="refused"), 1)
 
+    def test_handshakes_are_shed_under_load_only_while_established_clients_are_served(self):
+        # A threshold the executor load is always above: the load rule applies
+        # whenever it has someone to protect.
+        lv = self.levee({"certificate": self.cert, "key": self.key, "shed_handshakes_above": 1e-9},
+                        extra={"self_protection": {"time_constant": "20ms", "sample_interval": "1ms"}})
+        wait_until(lambda: lv.metric("levee_executor_load") > 1e-9, what="a load above the threshold")
+
+        def one_request(sock, close=True):
+            sock.sendall(REQUEST if close else REQUEST.replace(b"Connection: close", b"Connection: keep-alive"))
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"ok\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            self.assertIn(b"HTTP/1.1 200", data)
+
+        # Every client is new (a mass reconnect): nothing to protect, so every
+        # full handshake is completed.
+        session = None
+        for _ in range(10):
+            s = self.tls_connect(lv)
+            self.assertIsNotNone(s, "a new client refused with no established one to protect")
+            one_request(s)
+            session = s.session
+            s.close()
+        self.assertEqual(lv.metric("levee_tls_handshakes_total", result="refused"), 0)
+        # A client served and kept open: new full handshakes are now shed...
+        kept = self.tls_connect(lv, session=session)
+        self.assertIsNotNone(kept)
+        one_request(kept, close=False)
+
+        def refused():
+            s = self.tls_connect(lv)
+            if s is not None:
+                s.close()
+            return s is None
+        wait_until(refused, what="a full handshake shed while an established client is served")
+        # ...a resumption still gets in...
+        again = self.tls_connect(lv, session=session)
+        self.assertIsNotNone(again)
+        self.assertTrue(again.session_reused)
+        again.close()
+        # ...and once that client has gone, new clients are taken again.
+        kept.close()
+
+        def admitted():
+            s = self.tls_connect(lv)
+            if s is not None:
+                s.close()
+            return s is not None
+        wait_until(admitted, what="full handshakes completed again with no one left to protect")
+
     def test_full_handshakes_are_rate_limited_and_resumptions_preferred(self):
         lv = self.levee({"certificate": self.cert, "key": self.key, "handshake_rate": 2})
         first = self.tls_connect(lv)
