@@ -177,6 +177,16 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
       if (h.status_min > h.status_max) ctx.error(sn, sm.path(), "min must not exceed max");
     }
     read(ctx, hm.take("body_contains"), hm.sub("body_contains"), h.body_contains);
+    if (auto tn = hm.take("type"); tn.IsDefined() && scalar(ctx, tn, hm.sub("type"), "http or grpc")) {
+      h.type_given = true;
+      if (tn.Scalar() == "http") h.type = HealthCheckConfig::Type::Http;
+      else if (tn.Scalar() == "grpc") h.type = HealthCheckConfig::Type::Grpc;
+      else ctx.error(tn, hm.sub("type"), "must be http or grpc, not '" + tn.Scalar() + "'");
+    }
+    auto gn = hm.take("grpc_service");
+    read(ctx, gn, hm.sub("grpc_service"), h.grpc_service);
+    if (!fits_request_head(h.grpc_service))
+      ctx.error(gn, hm.sub("grpc_service"), "must not hold spaces or control characters");
     if (h.max_interval < h.interval) h.max_interval = h.interval;
   }
   if (auto on = m.take("outlier_detection"); on.IsDefined()) {
@@ -213,11 +223,12 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     read_uint(ctx, hm.take("initial_window"), hm.sub("initial_window"), h.initial_window, 16 * 1024,
               (1u << 31) - 1);
   }
-  // Active health checks are HTTP/1.1 requests; an HTTP/2-only backend
-  // (a gRPC server) would fail them all. Passive outlier detection works.
-  if (c.protocol == ClusterConfig::Protocol::Http2 && c.health_check.enabled)
-    ctx.error(n["health_check"], m.sub("health_check"),
-              "is HTTP/1.1 only and this cluster speaks http2: leave it out (outlier_detection still ejects)");
+  // Over HTTP/2 the check is gRPC's health protocol unless it says http;
+  // gRPC's needs HTTP/2.
+  if (auto& h = c.health_check; !h.type_given)
+    h.type = c.protocol == ClusterConfig::Protocol::Http2 ? HealthCheckConfig::Type::Grpc : HealthCheckConfig::Type::Http;
+  else if (h.type == HealthCheckConfig::Type::Grpc && c.protocol != ClusterConfig::Protocol::Http2)
+    ctx.error(n["health_check"]["type"], m.sub("health_check") + ".type", "grpc needs the cluster's protocol: http2");
   read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
   read_cluster_edge(ctx, m, c);  // tls: config/tls.cpp
 }

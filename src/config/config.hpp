@@ -193,6 +193,13 @@ struct EndpointConfig {
 
 struct HealthCheckConfig {
   bool enabled = false;
+  /// An HTTP GET of `path` (over the cluster's protocol), or gRPC's health
+  /// protocol (grpc.health.v1.Health/Check for `grpc_service`; http2
+  /// clusters only, and their default).
+  enum class Type : std::uint8_t { Http, Grpc };
+  Type type = Type::Http;
+  bool type_given = false;  ///< else decided by the cluster's protocol
+  std::string grpc_service;  ///< the service asked about; empty: the server as a whole
   std::string path = "/healthz";
   std::string host;  ///< Host header; empty: the endpoint's host
   Duration interval = 2s;

@@ -433,6 +433,8 @@ void cluster(Json& j, const ClusterConfig& c) {
   j.key("health_check")
       .open()
       .kv("enabled", h.enabled)
+      .kv("type", h.type == HealthCheckConfig::Type::Grpc ? "grpc" : "http")
+      .kv("grpc_service", h.grpc_service)
       .kv("path", h.path)
       .kv("host", h.host)
       .kv("interval", h.interval)

@@ -21,6 +21,7 @@
 #include "proxy/clock.hpp"
 
 namespace levee::proxy {
+class H2Upstream;
 class Cluster;
 class Runtime;
 struct Endpoint;
@@ -39,6 +40,11 @@ class HealthChecker {
  private:
   struct Run;
   boost::asio::awaitable<void> loop(std::shared_ptr<Run> run, proxy::Cluster& c, proxy::Endpoint& ep);
+  /// One probe over HTTP/2 (gRPC's health protocol, or a GET): `ok` set
+  /// when it passed. `conn` is the endpoint's probe connection, kept
+  /// between probes (made again when it has gone).
+  boost::asio::awaitable<void> probe_h2(std::shared_ptr<Run> run, proxy::Cluster& c, proxy::Endpoint& ep,
+                                        std::shared_ptr<proxy::H2Upstream>& conn, const std::string& host, bool& ok);
 
   boost::asio::io_context& ctx_;
   std::size_t shard_;

@@ -69,7 +69,22 @@ class GrpcServer:
                 time.sleep(0.01)
             return b"late"
 
+        # grpc.health.v1.Health/Check, in raw protobuf: HealthCheckRequest
+        # {1: service}, HealthCheckResponse {1: status} (1 SERVING, 2 NOT_SERVING).
+        self.serving = True
+        self.health_asked = []
+        self.health_peers = set()
+
+        def health(req, ctx):
+            service = req[2:2 + req[1]].decode() if req[:1] == b"\x0a" else ""
+            with self.lock:
+                self.health_asked.append(service)
+                self.health_peers.add(ctx.peer())
+            return b"\x08\x01" if self.serving else b"\x08\x02"
+
         ident = dict(request_deserializer=None, response_serializer=None)
+        health_handler = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+            "Check": grpc.unary_unary_rpc_method_handler(health, **ident)})
         handler = grpc.method_handlers_generic_handler("pkg.Svc", {
             "Echo": grpc.unary_unary_rpc_method_handler(echo, **ident),
             "Fail": grpc.unary_unary_rpc_method_handler(fail, **ident),
@@ -78,7 +93,7 @@ class GrpcServer:
             "Slow": grpc.unary_unary_rpc_method_handler(slow, **ident),
         })
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
-        self.server.add_generic_rpc_handlers((handler,))
+        self.server.add_generic_rpc_handlers((handler, health_handler))
         if tls:
             cert, key = tls
             with open(cert, "rb") as c, open(key, "rb") as k:
@@ -119,6 +134,31 @@ class GrpcUpstream(unittest.TestCase):
         from test_orca import endpoint_utilization
         self.assertAlmostEqual(endpoint_utilization(lv, "grpc"), 0.25, delta=0.02)
         self.assertEqual(lv.metric("levee_load_report_errors_total"), 0)
+
+    def test_active_health_checks_use_grpc_health_protocol(self):
+        # Over HTTP/2 an active check is grpc.health.v1.Health/Check for the
+        # configured service: SERVING keeps the endpoint in, NOT_SERVING
+        # (grpc-status 0 all the same) takes it out, and back.
+        lv = Levee(self, [h2_cluster(self.srv, health_check={
+            "grpc_service": "pkg.Svc", "interval": "50ms", "healthy": 1, "unhealthy": 1})], listener=H2)
+        ep = f"127.0.0.1:{self.srv.port}"
+        wait_until(lambda: lv.metric("levee_health_checks_total", endpoint=ep, result="ok") >= 2,
+                   what="checks that pass")
+        self.assertEqual(lv.metric("levee_endpoint_healthy", endpoint=ep), 1)
+        with self.srv.lock:
+            self.assertEqual(set(self.srv.health_asked), {"pkg.Svc"})
+        self.srv.serving = False
+        wait_until(lambda: lv.metric("levee_endpoint_healthy", endpoint=ep) == 0, what="NOT_SERVING: out")
+        call = self.channel(lv).unary_unary("/pkg.Svc/Echo")
+        with self.assertRaises(grpc.RpcError) as ctx:
+            call(b"x", timeout=10)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)  # no endpoint to send it to
+        self.srv.serving = True
+        wait_until(lambda: lv.metric("levee_endpoint_healthy", endpoint=ep) == 1, what="SERVING again: in")
+        self.assertEqual(call(b"y", timeout=10), b"echo:y")
+        # Every probe went over one connection, kept between them.
+        with self.srv.lock:
+            self.assertEqual(len(self.srv.health_peers), 1, self.srv.health_peers)
 
     def test_error_status_passes_as_trailers_only(self):
         lv = Levee(self, [h2_cluster(self.srv)], listener=H2)
@@ -239,6 +279,20 @@ class GrpcUpstreamTls(unittest.TestCase):
         self.addCleanup(ch.close)
         self.assertEqual(ch.unary_unary("/pkg.Svc/Echo")(b"over tls", timeout=10), b"echo:over tls")
         self.assertEqual(lv.metric("levee_upstream_connections_total", cluster="grpc"), 1)
+
+    def test_grpc_health_checks_over_tls(self):
+        from test_tls import Pki
+        pki = Pki(self)
+        cert, key = pki.issue("backend", "backend.test", dns=["backend.test"])
+        srv = GrpcServer(self, tls=(cert, key))
+        lv = Levee(self, [h2_cluster(srv, tls={"ca": pki.ca, "server_name": "backend.test"},
+                                     health_check={"interval": "50ms", "healthy": 1, "unhealthy": 1})], listener=H2)
+        ep = f"127.0.0.1:{srv.port}"
+        wait_until(lambda: lv.metric("levee_health_checks_total", endpoint=ep, result="ok") >= 2,
+                   what="checks passing over TLS (ALPN h2, the server verified)")
+        self.assertEqual(lv.metric("levee_health_checks_total", endpoint=ep, result="failed"), 0)
+        with srv.lock:
+            self.assertEqual(set(srv.health_asked), {""})  # no grpc_service: the server as a whole
 
     def test_a_tls_backend_that_does_not_choose_h2_is_a_connect_failure(self):
         from test_tls import Pki, TlsBackend

@@ -171,7 +171,7 @@ clusters: [{name: app, endpoints: ["127.0.0.1:9"], health_check: {path: "/h?x=1"
 )", "t.yaml").ok());
 }
 
-TEST_CASE("an http2 cluster: its settings, and what it cannot be combined with", "[config]") {
+TEST_CASE("an http2 cluster: its settings and its health checks", "[config]") {
   auto r = load_string(R"(listeners: [{port: 8080, routes: [{cluster: g}]}]
 clusters: [{name: g, endpoints: ["127.0.0.1:9"], protocol: http2, http2: {max_connections: 4, max_concurrent_streams: 50}}]
 )", "t.yaml");
@@ -179,15 +179,30 @@ clusters: [{name: g, endpoints: ["127.0.0.1:9"], protocol: http2, http2: {max_co
   CHECK(r.config->clusters[0].protocol == ClusterConfig::Protocol::Http2);
   CHECK(r.config->clusters[0].http2.max_connections == 4);
   CHECK(r.config->clusters[0].http2.max_concurrent_streams == 50);
-  // Active health checks are HTTP/1.1 (a fuse caps an http2 cluster's streams: allowed).
-  auto out = errors_of(R"(listeners:
-  - {port: 8080, routes: [{cluster: g, fuse: true}]}
+  // Over HTTP/2 an active check is gRPC's health protocol unless it says
+  // http; gRPC's needs HTTP/2 (a fuse caps an http2 cluster's streams: allowed).
+  auto hc = load_string(R"(listeners: [{port: 8080, routes: [{cluster: g, fuse: true}]}]
 clusters:
-  - {name: g, endpoints: ["127.0.0.1:9"], protocol: http2, health_check: {path: /h}}
+  - {name: g, endpoints: ["127.0.0.1:9"], protocol: http2, health_check: {grpc_service: pkg.Svc}}
+  - {name: h, endpoints: ["127.0.0.1:9"], protocol: http2, health_check: {type: http, path: /h}}
+  - {name: i, endpoints: ["127.0.0.1:9"], health_check: {path: /h}}
+)", "t.yaml");
+  REQUIRE(hc.ok());
+  CHECK(hc.config->clusters[0].health_check.type == HealthCheckConfig::Type::Grpc);
+  CHECK(hc.config->clusters[0].health_check.grpc_service == "pkg.Svc");
+  CHECK(hc.config->clusters[1].health_check.type == HealthCheckConfig::Type::Http);
+  CHECK(hc.config->clusters[2].health_check.type == HealthCheckConfig::Type::Http);
+  auto out = errors_of(R"(listeners:
+  - {port: 8080, routes: [{cluster: g}]}
+clusters:
+  - {name: g, endpoints: ["127.0.0.1:9"], health_check: {type: grpc}}
   - {name: h, endpoints: ["127.0.0.1:9"], protocol: spdy}
+  - {name: i, endpoints: ["127.0.0.1:9"], protocol: http2, health_check: {type: soap}}
 )");
-  CHECK(out.find("t.yaml:4:74: clusters[0].health_check: is HTTP/1.1 only") != std::string::npos);
+  CHECK(out.find("t.yaml:4:64: clusters[0].health_check.type: grpc needs the cluster's protocol: http2") !=
+        std::string::npos);
   CHECK(out.find("clusters[1].protocol: must be http1 or http2, not 'spdy'") != std::string::npos);
+  CHECK(out.find("clusters[2].health_check.type: must be http or grpc, not 'soap'") != std::string::npos);
 }
 
 TEST_CASE("tenant quotas need a default and overrides must name known tenants", "[config]") {
