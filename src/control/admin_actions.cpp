@@ -113,14 +113,7 @@ void Server::refused(const std::string& what, const AdminRequest& r, std::string
   const auto t = std::chrono::steady_clock::now();
   if (t - refusal_logged_ < std::chrono::seconds(1)) {
     ++refusals_unlogged_;
-    if (!refusal_flush_armed_) {
-      refusal_flush_armed_ = true;
-      refusal_timer_.expires_at(refusal_logged_ + std::chrono::seconds(1));
-      refusal_timer_.async_wait([this](boost::system::error_code ec) {
-        refusal_flush_armed_ = false;
-        if (!ec) flush_refusals();
-      });
-    }
+    if (!refusal_flush_armed_) arm_refusal_flush();
     return;
   }
   refusal_logged_ = t;
@@ -130,6 +123,25 @@ void Server::refused(const std::string& what, const AdminRequest& r, std::string
                  why, skipped);
   else
     spdlog::warn("admin: {} from {} refused: {}", what, r.peer.to_string(), why);
+}
+
+void Server::arm_refusal_flush() {
+  refusal_flush_armed_ = true;
+  refusal_timer_.expires_at(refusal_logged_ + std::chrono::seconds(1));
+  refusal_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) {
+      refusal_flush_armed_ = false;
+      return;
+    }
+    // A refusal may have been logged after the timer expired and before
+    // this ran: its second is not over yet.
+    if (refusals_unlogged_ > 0 && std::chrono::steady_clock::now() - refusal_logged_ < std::chrono::seconds(1)) {
+      arm_refusal_flush();
+      return;
+    }
+    refusal_flush_armed_ = false;
+    flush_refusals();
+  });
 }
 
 void Server::flush_refusals() {

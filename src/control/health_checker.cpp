@@ -309,7 +309,6 @@ asio::awaitable<void> HealthChecker::probe_h2(std::shared_ptr<Run> run, proxy::C
     o.tls = c.tls;
     o.host = ep.host;
     o.connect_timeout = hc.timeout;
-    o.idle_timeout = std::chrono::hours(24);
     o.max_streams = 1;
     conn = std::make_shared<proxy::H2Upstream>(ctx_.get_executor(), std::move(o));
     std::erase_if(run->h2, [](const auto& w) { return w.expired(); });
@@ -368,8 +367,16 @@ asio::awaitable<void> HealthChecker::probe_h2(std::shared_ptr<Run> run, proxy::C
            (hc.body_contains.empty() || body.find(hc.body_contains) != std::string::npos);
     }
   }
+  // A probe that got no whole answer (its deadline, a reset, a stream that
+  // never ended) gives up its connection too, as the HTTP/1.1 probe does:
+  // a wedged or black-holed connection must not fail every probe after it.
+  const bool whole = opened && call->ended() && call->head_done();
   call->release();
   deadline->cancel();
+  if (!whole && conn) {
+    conn->retire();
+    conn.reset();
+  }
 }
 
 }  // namespace levee::control

@@ -152,6 +152,7 @@ void Server::start() {
 
 int Server::run() {
   admin_ctx_.run();
+  flush_refusals();  // refusals counted in the last second are not lost at exit
   sampler_->stop();
   resolver_->stop();
   for (auto& w : workers_) w->stop();

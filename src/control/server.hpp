@@ -146,7 +146,10 @@ class Server {
   void count_action(std::string_view action, bool ok);
   /// Logs a refused admin request, at most one line a second.
   void refused(const std::string& what, const AdminRequest& r, std::string_view why);
-  /// The refusals refused() did not log, in one line once their second is over.
+  /// The refusals refused() did not log, in one line once their second is
+  /// over (arm_refusal_flush: the timer for it; flush_refusals: the line,
+  /// also written at exit).
+  void arm_refusal_flush();
   void flush_refusals();
 
   // --- admin_pages.cpp
