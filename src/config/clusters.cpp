@@ -229,6 +229,14 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     h.type = c.protocol == ClusterConfig::Protocol::Http2 ? HealthCheckConfig::Type::Grpc : HealthCheckConfig::Type::Http;
   else if (h.type == HealthCheckConfig::Type::Grpc && c.protocol != ClusterConfig::Protocol::Http2)
     ctx.error(n["health_check"]["type"], m.sub("health_check") + ".type", "grpc needs the cluster's protocol: http2");
+  // A gRPC check asks for a service and reads its status; the HTTP check's
+  // keys would be ignored, so they are an error rather than a surprise.
+  if (const YAML::Node hn = n["health_check"];
+      c.health_check.type == HealthCheckConfig::Type::Grpc && hn.IsDefined() && hn.IsMap())
+    for (const char* key : {"path", "expected_status", "body_contains"})
+      if (const YAML::Node kn = hn[key]; kn.IsDefined())
+        ctx.error(kn, m.sub("health_check") + "." + key,
+                  "means nothing to a grpc health check (grpc_service names what it checks; type: http checks a path)");
   read_quota_map(ctx, m.take("quotas"), m.sub("quotas"), c.quotas);
   read_cluster_edge(ctx, m, c);  // tls: config/tls.cpp
 }

@@ -198,11 +198,18 @@ clusters:
   - {name: g, endpoints: ["127.0.0.1:9"], health_check: {type: grpc}}
   - {name: h, endpoints: ["127.0.0.1:9"], protocol: spdy}
   - {name: i, endpoints: ["127.0.0.1:9"], protocol: http2, health_check: {type: soap}}
+  - {name: j, endpoints: ["127.0.0.1:9"], protocol: http2, health_check: {path: /h, body_contains: ok}}
 )");
   CHECK(out.find("t.yaml:4:64: clusters[0].health_check.type: grpc needs the cluster's protocol: http2") !=
         std::string::npos);
   CHECK(out.find("clusters[1].protocol: must be http1 or http2, not 'spdy'") != std::string::npos);
   CHECK(out.find("clusters[2].health_check.type: must be http or grpc, not 'soap'") != std::string::npos);
+  // A gRPC check (the default over http2) has no path or body to look at.
+  CHECK(out.find("t.yaml:7:81: clusters[3].health_check.path: means nothing to a grpc health check") !=
+        std::string::npos);
+  CHECK(out.find("clusters[3].health_check.body_contains: means nothing to a grpc health check") !=
+        std::string::npos);
+  CHECK(out.find("clusters[3].health_check.expected_status") == std::string::npos);
 }
 
 TEST_CASE("tenant quotas need a default and overrides must name known tenants", "[config]") {
