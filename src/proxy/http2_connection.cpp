@@ -33,7 +33,6 @@ struct H2Callbacks {
     auto& c = *static_cast<Http2Connection*>(u);
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     ++c.streams_seen_;
-    c.earn_control(4);
     // A cap on what one connection may have waiting in admission: past
     // it, new streams are refused (REFUSED_STREAM: safe to retry).
     if (c.queued_ >= c.h2cfg_.max_queued_streams) {
@@ -73,6 +72,10 @@ struct H2Callbacks {
         if (!st) return 0;
         const bool end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
         if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+          // A request whose header block was valid earns the control
+          // frames its work may bring (a stream nghttp2 reset at once for a
+          // bad field earns nothing).
+          c.earn_control(4);
           st->on_headers_done(end);
           c.to_start_.push_back(f->hd.stream_id);
         } else if (end) {
@@ -81,7 +84,10 @@ struct H2Callbacks {
         return 0;
       }
       case NGHTTP2_DATA: {
-        if (f->hd.length == 0 && (f->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0 && !c.control_frame()) return 0;
+        // Empty DATA is work for nothing, padded or not (padlen counts the
+        // Pad Length byte too).
+        const bool empty = f->hd.length <= f->data.padlen;
+        if (empty && (f->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0 && !c.control_frame()) return 0;
         if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
           if (H2Stream* st = stream_of(s, f->hd.stream_id)) st->on_end_stream();
         return 0;
@@ -96,7 +102,9 @@ struct H2Callbacks {
         return 0;
       case NGHTTP2_RST_STREAM: {
         H2Stream* st = stream_of(s, f->hd.stream_id);
-        if (st && !st->answered()) c.client_reset();
+        if (!st) return 0;
+        st->reset_accounted = true;
+        if (!st->answered()) c.client_reset();
         return 0;
       }
       case NGHTTP2_GOAWAY:
@@ -127,6 +135,15 @@ struct H2Callbacks {
     H2Stream* st = stream_of(s, id);
     if (!st) return 0;
     nghttp2_session_set_stream_user_data(s, id, nullptr);
+    // A reset nghttp2 sent for a broken frame of the client's (a body longer
+    // than its content-length, DATA after its end, a window overflow) frees
+    // the stream as a reset the client sent would, and the exchange may
+    // have reached the backend: it counts against the same limit
+    // (CVE-2025-8671, "MadeYouReset").
+    if (error_code != NGHTTP2_NO_ERROR && !st->reset_accounted && !st->answered()) {
+      st->reset_accounted = true;
+      c.client_reset();
+    }
     st->on_close(error_code);
     if (!st->started || st->exchange_done) {
       std::erase(c.to_start_, id);
@@ -223,8 +240,10 @@ void Http2Connection::expire() noexcept {
   // goes back to the list (posted: the caller may be walking it).
   const bool drain = w_.draining() || w_.rt->draining.load(std::memory_order_relaxed);
   const bool timed_out = now() - since() >= idle_timeout_;
-  // A stream whose header block never ended (no exchange runs) is not work.
-  const bool busy = std::any_of(streams_.begin(), streams_.end(), [](const auto& kv) { return kv.second->started; });
+  // A stream whose header block never ended (no exchange runs) is not
+  // work, nor is one whose exchange is over (the client's half still open).
+  const bool busy = std::any_of(streams_.begin(), streams_.end(),
+                                [](const auto& kv) { return kv.second->started && !kv.second->exchange_done; });
   if (busy && !drain && !closed_ && timed_out && w_.listener_in_slot(slot_)) {
     asio::post(w_.ctx, [self = shared_from_this()] {
       if (!self->closed_ && !self->linked()) self->w_.idle(*self, self->slot_, now(), false);

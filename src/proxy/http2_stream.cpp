@@ -47,10 +47,6 @@ void H2Stream::on_headers_done(bool end_stream) {
 void H2Stream::on_data(const char* data, std::size_t n) {
   // Bounded by the stream's window: the client may send no more than was
   // given back, which is what the exchange took.
-  if (in_off_ == in_.size()) {
-    in_.clear();
-    in_off_ = 0;
-  }
   in_.append(data, n);
   rx_ += n;
   notify();
@@ -107,9 +103,9 @@ awaitable<BodyRead> H2Stream::read_body() {
   auto& sink = b_->req_body;
   if (body_start_ == core::TimePoint{}) body_start_ = now();
   for (;;) {
-    if (in_off_ < in_.size()) {
-      const std::size_t n = sink.put(std::string_view(in_).substr(in_off_));
-      in_off_ += n;
+    if (!in_.empty()) {
+      const std::size_t n = sink.put(in_.view());
+      in_.take(n);
       body_taken_ += n;
       if (n > 0 && !closed_ && !c_.closed_) {
         // Taken: the client may send as much again.
@@ -348,12 +344,16 @@ awaitable<void> H2Stream::run(std::shared_ptr<Http2Connection> keep) {
       // No whole answer (the client left, an upstream broke mid-body): reset.
       nghttp2_submit_rst_stream(c_.s_, NGHTTP2_FLAG_NONE, id_,
                                 response_started_ ? NGHTTP2_INTERNAL_ERROR : NGHTTP2_CANCEL);
-    } else if (in_off_ < in_.size()) {
+    } else {
       // Answered before the body was read: give its window back.
-      nghttp2_session_consume_stream(c_.s_, id_, in_.size() - in_off_);
+      if (!in_.empty()) nghttp2_session_consume_stream(c_.s_, id_, in_.size());
+      // And before the client finished sending: it may stop (RFC 9113
+      // section 8.1), and its half-open stream no longer holds the
+      // connection open.
+      if (!end_in_) nghttp2_submit_rst_stream(c_.s_, NGHTTP2_FLAG_NONE, id_, NGHTTP2_NO_ERROR);
     }
+    reset_accounted = true;  // whatever reset follows is levee's own
     in_.clear();
-    in_off_ = 0;
     c_.kick();
     co_return;  // the session closes it (stream_close erases it)
   }

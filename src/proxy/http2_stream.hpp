@@ -17,6 +17,7 @@
 #include "http/h2_request.hpp"
 #include "proxy/downstream.hpp"
 #include "proxy/exchange_buffers.hpp"
+#include "proxy/unread_bytes.hpp"
 #include "proxy/watchdog.hpp"
 
 namespace levee::proxy {
@@ -47,7 +48,7 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   const Peer& peer() const noexcept override;
   bool has_body() const noexcept override { return req_.has_body(); }
   std::optional<std::uint64_t> body_length() const noexcept override { return req_.length(); }
-  bool body_done() const noexcept override { return end_in_ && in_off_ == in_.size(); }
+  bool body_done() const noexcept override { return end_in_ && in_.empty(); }
   awaitable<BodyRead> read_body() override;
   awaitable<bool> send_continue() override;
   awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) override;
@@ -65,6 +66,10 @@ class H2Stream final : public Downstream, public Watchdog::Target {
 
   bool started = false;          ///< its exchange runs (or ran)
   bool exchange_done = false;
+  /// Its reset, if any, is counted already (the client's RST_STREAM) or
+  /// is levee's own; any other reset before an answer is one nghttp2 made
+  /// for a broken frame of the client's, and counts as the client's.
+  bool reset_accounted = false;
   bool closed() const noexcept { return closed_; }
   bool answered() const noexcept { return response_done_; }
 
@@ -99,8 +104,7 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   bool end_in_ = false;
   core::TimePoint body_start_{};  ///< the exchange's first body read (the upload's rate counts from it)
   std::uint64_t body_taken_ = 0;
-  std::string in_;        ///< received body the exchange has not taken
-  std::size_t in_off_ = 0;
+  UnreadBytes in_;  ///< received body the exchange has not taken
   // The answer.
   std::string_view piece_;
   std::size_t piece_off_ = 0;

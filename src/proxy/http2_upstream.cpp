@@ -26,6 +26,9 @@ namespace {
 
 constexpr std::size_t kWriteBatch = 64 * 1024;
 constexpr std::int32_t kConnectionWindow = 1 << 24;
+// A pooled call keeps the buffer of an answer up to four default windows;
+// a bigger one (a larger initial_window) goes back to the heap.
+constexpr std::size_t kKeepUnread = 256 * 1024;
 
 H2Call* call_of(nghttp2_session* s, std::int32_t id) {
   return static_cast<H2Call*>(nghttp2_session_get_stream_user_data(s, id));
@@ -132,10 +135,6 @@ struct H2UpCallbacks {
       return 0;
     }
     // Bounded by the stream's window: only what the exchange took is given back.
-    if (c->in_off_ == c->in_.size()) {
-      c->in_.clear();
-      c->in_off_ = 0;
-    }
     c->in_.append(reinterpret_cast<const char*>(data), n);
     c->notify();
     return 0;
@@ -175,8 +174,7 @@ void H2Call::begin(http::Head& head, http::ResponseInfo& info, const http::Respo
   max_bytes_ = max_bytes;
   header_bytes_ = 0;
   trailers.reset();
-  in_.clear();
-  in_off_ = 0;
+  in_.trim(kKeepUnread);  // a pooled call does not keep a big answer's buffer
   piece_ = {};
   piece_off_ = 0;
   piece_last_ = false;
@@ -320,11 +318,7 @@ void H2Call::abort() noexcept {
 }
 
 void H2Call::take(std::size_t n) noexcept {
-  in_off_ += n;
-  if (in_off_ == in_.size()) {
-    in_.clear();
-    in_off_ = 0;
-  }
+  in_.take(n);
   if (conn_ && id_ >= 0) {
     nghttp2_session_consume_stream(conn_->s_, id_, n);
     conn_->kick();
@@ -339,7 +333,7 @@ void H2Call::release() noexcept {
     nghttp2_session_set_stream_user_data(conn_->s_, id_, nullptr);
     // Done before its end (the client left, a deadline): the backend stops.
     if (!closed_) nghttp2_submit_rst_stream(conn_->s_, NGHTTP2_FLAG_NONE, id_, NGHTTP2_CANCEL);
-    else if (in_off_ < in_.size()) nghttp2_session_consume_stream(conn_->s_, id_, in_.size() - in_off_);
+    else if (!in_.empty()) nghttp2_session_consume_stream(conn_->s_, id_, in_.size());
     conn_->kick();
   }
   conn_->detach(*this);

@@ -32,6 +32,7 @@
 #include "http/message.hpp"
 #include "proxy/asio.hpp"
 #include "proxy/stream.hpp"
+#include "proxy/unread_bytes.hpp"
 
 struct nghttp2_session;
 
@@ -75,7 +76,7 @@ class H2Call {
   /// Ends a wait now (a deadline, the client gone).
   void abort() noexcept;
   /// Body bytes that arrived and are not taken yet.
-  std::string_view pending() const noexcept { return std::string_view(in_).substr(in_off_); }
+  std::string_view pending() const noexcept { return in_.view(); }
   /// The exchange took n bytes of pending(): the backend may send as much again.
   void take(std::size_t n) noexcept;
   /// Stops the stream (RST_STREAM CANCEL if it is still open) and lets go of its connection.
@@ -122,8 +123,7 @@ class H2Call {
   const http::ResponseSignals* signals_ = nullptr;
   std::size_t max_bytes_ = 64 * 1024;
   std::size_t header_bytes_ = 0;
-  std::string in_;
-  std::size_t in_off_ = 0;
+  UnreadBytes in_;  ///< the answer's body, received and not yet relayed
   std::string_view piece_;
   std::size_t piece_off_ = 0;
   bool piece_last_ = false;

@@ -6,6 +6,7 @@
 
 #include "http/framing.hpp"
 #include "proxy/io_buffer.hpp"
+#include "proxy/unread_bytes.hpp"
 
 using namespace levee;
 
@@ -52,4 +53,31 @@ TEST_CASE("a chunked body piece is framed, and the last chunk ends it", "[buffer
   http::Buffers plain;
   plain.push_body(boost::asio::buffer("hello", 5), false, head);
   CHECK(boost::asio::buffer_size(plain) == 5);
+}
+
+TEST_CASE("an HTTP/2 stream's unread bytes stay within about twice what is unread", "[buffer]") {
+  // A 64 KiB window arriving in 16 KiB frames, taken a little slower than
+  // it arrives (what a slow client of a large answer does): over 100 MiB,
+  // the buffer holds about two windows, never everything relayed.
+  proxy::UnreadBytes u;
+  const std::string frame(16 * 1024, 'x');
+  std::size_t relayed = 0, most = 0;
+  while (relayed < 100u * 1024 * 1024) {
+    while (u.size() + frame.size() <= 64 * 1024) u.append(frame.data(), frame.size());
+    const std::size_t n = std::min<std::size_t>(u.size(), 16 * 1024 - 1);
+    CHECK(u.view().size() == u.size());
+    u.take(n);
+    relayed += n;
+    most = std::max(most, u.capacity());
+  }
+  CHECK(most <= 256 * 1024);
+  CHECK(!u.empty());
+  u.take(u.size());
+  CHECK(u.empty());
+  // trim() gives a grown buffer back.
+  const std::string big(1024 * 1024, 'y');
+  u.append(big.data(), big.size());
+  u.trim(256 * 1024);
+  CHECK(u.empty());
+  CHECK(u.capacity() <= 256 * 1024);
 }
