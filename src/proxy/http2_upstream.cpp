@@ -344,7 +344,7 @@ void H2Call::release() noexcept {
 // --- a connection ---------------------------------------------------------------------
 
 H2Upstream::H2Upstream(Executor ex, Options o)
-    : o_(std::move(o)), stream_(ex), wake_(ex), connect_timer_(ex), rbuf_(16 * 1024), idle_since_(now()) {
+    : o_(std::move(o)), stream_(ex), wake_(ex), connect_timer_(ex), write_timer_(ex), rbuf_(16 * 1024), idle_since_(now()) {
   nghttp2_session_callbacks* cb = nullptr;
   nghttp2_session_callbacks_new(&cb);
   nghttp2_session_callbacks_set_on_header_callback(cb, H2UpCallbacks::header);
@@ -472,10 +472,12 @@ awaitable<void> H2Upstream::reader() {
     if (rv < 0) {
       // The backend broke the protocol: GOAWAY and close; its streams fail.
       spdlog::debug("http2 upstream: {}", nghttp2_strerror(static_cast<int>(rv)));
+      // The writer sends the GOAWAY, then ends the connection (nghttp2
+      // wants neither to read nor to write once it is out).
       nghttp2_session_terminate_session(s_, NGHTTP2_PROTOCOL_ERROR);
       goaway_ = true;
       kick();
-      break;
+      co_return;
     }
     kick();
   }
@@ -497,7 +499,12 @@ awaitable<void> H2Upstream::writer() {
     if (!out_.empty()) {
       http::Buffers bufs;
       bufs.push(asio::buffer(out_));
+      write_timer_.expires_after(std::chrono::duration_cast<Timer::duration>(o_.write_timeout));
+      write_timer_.async_wait([this, self](error_code ec) {
+        if (!ec) stream_.cancel();  // the backend does not read
+      });
       auto [ec, n] = co_await stream_.write_all(bufs);
+      write_timer_.cancel();
       (void)n;
       if (ec) break;
       continue;
@@ -523,6 +530,7 @@ std::shared_ptr<H2Upstream> H2UpstreamPool::get(Worker& w, const Cluster& c, std
     o.host = ep.host;
     o.connect_timeout = c.cfg.connect_timeout;
     o.idle_timeout = c.cfg.idle_timeout;
+    o.write_timeout = c.cfg.response_timeout;
     o.max_streams = c.cfg.http2.max_concurrent_streams;
     o.initial_window = c.cfg.http2.initial_window;
     o.generation = gen;

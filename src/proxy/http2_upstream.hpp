@@ -152,6 +152,9 @@ class H2Upstream : public std::enable_shared_from_this<H2Upstream> {
     std::string host;                      ///< SNI and the name verified
     core::Duration connect_timeout{};
     core::Duration idle_timeout{};
+    /// A write the backend does not take within this ends the connection
+    /// (its calls fail): a backend that stops reading stalls every stream.
+    core::Duration write_timeout = std::chrono::seconds(30);
     std::uint32_t max_streams = 256;
     std::uint32_t initial_window = 64 * 1024;
     std::uint64_t generation = 0;  ///< the endpoint's address generation
@@ -193,6 +196,7 @@ class H2Upstream : public std::enable_shared_from_this<H2Upstream> {
   nghttp2_session* s_ = nullptr;
   Timer wake_;
   Timer connect_timer_;
+  Timer write_timer_;
   std::vector<char> rbuf_;
   std::string out_;
   std::uint64_t consume_conn_ = 0;

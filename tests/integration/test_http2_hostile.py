@@ -339,3 +339,65 @@ class Hostile(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5)
         c.close()
         self.assertEqual(lv.metric("levee_http2_limit_total", limit="rapid_reset"), 0)
+
+
+class DeafBackend:
+    """An HTTP/2 backend that opens every window as wide as it goes, then
+    never reads again: what levee writes to it piles up in the socket."""
+
+    def __init__(self, tc):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = []
+        threading.Thread(target=self.serve, daemon=True).start()
+        tc.addCleanup(self.close)
+
+    def serve(self):
+        big = (1 << 31) - 1
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(c)
+            c.recv(24)  # the preface, then never another byte
+            c.sendall(frame(0x4, 0, 0, (4).to_bytes(2, "big") + big.to_bytes(4, "big")) +
+                      frame(0x4, 0x1, 0, b"") + frame(0x8, 0, 0, (big - 65535).to_bytes(4, "big")))
+
+    def close(self):
+        self.sock.close()
+        for c in self.accepted:
+            c.close()
+
+
+class HostileUpstream(unittest.TestCase):
+    def test_a_backend_that_stops_reading_loses_its_connection(self):
+        # A 20 MB upload to an http2 backend that reads nothing: the write
+        # that does not drain within response_timeout ends that connection,
+        # so the next request gets a new one instead of queueing behind it.
+        be = DeafBackend(self)
+        lv = Levee(self, [cluster("app", [f"127.0.0.1:{be.port}"], protocol="http2", response_timeout="1s")],
+                   routes=[{"cluster": "app", "timeout": "10s"}])
+        s = socket.create_connection(("127.0.0.1", lv.port), timeout=15)
+        size = 20 << 20
+        s.sendall(f"POST /up HTTP/1.1\r\nhost: t\r\ncontent-length: {size}\r\n\r\n".encode())
+
+        def upload():
+            chunk = b"x" * 65536
+            try:
+                for _ in range(size // len(chunk)):
+                    s.sendall(chunk)
+            except OSError:
+                pass  # levee answered and stopped reading
+
+        t = threading.Thread(target=upload, daemon=True)
+        t.start()
+        status = s.recv(64).split(b" ")[1]
+        s.close()
+        self.assertIn(status, (b"502", b"504"))
+        wait_until(lambda: len(be.accepted) >= 1, what="the first connection")
+        curl("-o", "/dev/null", "--max-time", "5", f"http://127.0.0.1:{lv.port}/")  # a 504: it never answers
+        self.assertEqual(len(be.accepted), 2, "the second request went to a new connection")
