@@ -330,7 +330,8 @@ void FleetSync::sync_once() {
   } else {
     const std::uint64_t resets = fleet_.resets();
     bool stale_master = std::any_of(replies_.begin(), replies_.end(), not_master);
-    if (fleet_.complete(replies_, mono())) {
+    const bool completed = fleet_.complete(replies_, mono());
+    if (completed) {
       latency_.observe(0, 0, std::chrono::duration<double>(Clock::now() - start).count());
     } else {
       std::string what = "unexpected answer";
@@ -341,7 +342,9 @@ void FleetSync::sync_once() {
         }
       record_error(SyncError::Reply, link_.peer() + ": " + what);
     }
-    if (stale_master) link_.close();
+    // A stale master, or answers that did not fit the commands (which may
+    // be a connection out of step): the next sync starts on a new one.
+    if (stale_master || !completed) link_.close();
     if (fleet_.resets() != resets) {
       spdlog::warn("quota sync: {} does not hold the fleet's data any more (restarted empty or failed over): "
                    "pushing this instance's window again",

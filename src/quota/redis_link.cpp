@@ -291,6 +291,11 @@ LinkResult RedisLink::roundtrip(const std::vector<core::RedisCommand>& cmds, std
   }
   if (auto w = write_all(out_, deadline); !w) return w;
   out.reserve(cmds.size());
+  // Bounded in time and bytes even against a peer that never stops
+  // sending: read_some() returns whenever data arrived, so the deadline is
+  // checked here too, and the replies of one round trip are capped (what
+  // the sync asks for is a few hash reads of known fields).
+  const std::uint64_t in_at_start = bytes_in_;
   while (out.size() < cmds.size()) {
     void* reply = nullptr;
     if (redisReaderGetReply(reader_, &reply) != REDIS_OK)
@@ -300,8 +305,14 @@ LinkResult RedisLink::roundtrip(const std::vector<core::RedisCommand>& cmds, std
       freeReplyObject(reply);
       continue;
     }
+    if (bytes_in_ - in_at_start > kMaxReplyBytes)
+      return fail(LinkError::Protocol, "replies over " + std::to_string(kMaxReplyBytes >> 20) + " MiB");
+    if (std::chrono::steady_clock::now() >= deadline) return fail(LinkError::Timeout, "timed out reading replies");
     if (auto r = read_some(deadline); !r) return r;
   }
+  // Bytes beyond the last reply: the connection is out of step with its
+  // commands (every later reply would answer the wrong one).
+  if (reader_->pos < reader_->len) return fail(LinkError::Protocol, "more replies than commands");
   return {};
 }
 

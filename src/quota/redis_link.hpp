@@ -59,6 +59,8 @@ class TlsContext {
 
 class RedisLink {
  public:
+  /// The most one round trip's replies may hold.
+  static constexpr std::size_t kMaxReplyBytes = 8u << 20;
   /// tls: null for plain TCP.
   explicit RedisLink(const TlsContext* tls);
   ~RedisLink();

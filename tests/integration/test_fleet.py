@@ -190,6 +190,75 @@ class FakeServer:
             c.close()
 
 
+class Flood(FakeServer):
+    """Answers the first read with a status line that never ends, sent as
+    fast as the socket takes it."""
+
+    def __init__(self, tc):
+        super().__init__(tc, b"")
+
+    def serve(self, c):
+        chunk = b"a" * 65536
+        try:
+            c.recv(65536)
+            c.sendall(b"+")
+            while not self.stopping:
+                c.sendall(chunk)
+        except OSError:
+            pass
+
+
+class StrayReply:
+    """A TCP relay to a real Redis that puts one "+OK" in front of the first
+    connection's first answer."""
+
+    def __init__(self, tc, port):
+        self.target = port
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.conns = []
+        threading.Thread(target=self.run, daemon=True).start()
+        tc.addCleanup(self.stop)
+
+    def run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            u = socket.create_connection(("127.0.0.1", self.target))
+            self.conns += [c, u]
+            threading.Thread(target=self.pump, args=(c, u, b""), daemon=True).start()
+            threading.Thread(target=self.pump, args=(u, c, b"+OK\r\n" if self.accepted == 1 else b""),
+                             daemon=True).start()
+
+    @staticmethod
+    def pump(src, dst, first):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(first + data)
+                first = b""
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
 class FleetQuota(unittest.TestCase):
     def test_tenant_at_5x_through_three_instances_gets_its_quota(self):
         # 9 workers x 40 ms: 225 requests/s, 9 CPU-s/s. Offered: heavy 125/s
@@ -305,6 +374,44 @@ class Failures(unittest.TestCase):
         for _ in range(20):
             self.assertEqual(lv.request("GET", "/", headers={"x-tenant-id": "light"})[0], 200)
         self.assertTrue(lv.proc.alive())
+
+    def test_a_server_that_never_stops_sending_is_cut_off(self):
+        # Every command is answered with a status line that never ends, as
+        # fast as the socket takes it: data always arrives, yet each sync
+        # ends within its timeout or its byte cap, falls back, and a drain
+        # is not held up by the sync thread.
+        be = Backend(self)
+        fake = Flood(self)
+        lv = fleet_levee(self, be, {"address": f"127.0.0.1:{fake.port}"})
+        cut = lambda: (lv.metric("levee_quota_sync_errors_total", kind="protocol") +
+                       lv.metric("levee_quota_sync_errors_total", kind="timeout"))
+        wait_until(lambda: cut() >= 3, what="three syncs cut off")
+        self.assertGreaterEqual(fake.accepted, 3)  # each on a new connection
+        self.assertEqual(state(lv), "fallback")
+        self.assertEqual(lv.request("GET", "/", headers={"x-tenant-id": "light"})[0], 200)
+        t0 = time.monotonic()
+        lv.proc.signal(signal.SIGTERM)
+        self.assertEqual(lv.proc.wait(timeout=15), 0)
+        self.assertLess(time.monotonic() - t0, 10)
+
+    def test_a_reply_too_many_puts_the_next_sync_on_a_new_connection(self):
+        # One stray "+OK" in front of a real Redis's answers: the replies are
+        # then one behind their commands for as long as that connection
+        # lives. The sync that sees answers not fitting its commands closes
+        # it, and the next one is synced again.
+        be = Backend(self)
+        r = Redis(self)
+        proxy = StrayReply(self, r.port)
+        lv = fleet_levee(self, be, {"address": f"127.0.0.1:{proxy.port}", "timeout": "150ms"})
+        wait_until(lambda: lv.metric("levee_quota_sync_errors_total") >= 1, what="the stray reply seen")
+        wait_until(lambda: state(lv) == "synced", what="synced on a new connection")
+        self.assertGreaterEqual(proxy.accepted, 2)
+        # And it stays in step: five more syncs, no more errors.
+        errors = lv.metric("levee_quota_sync_errors_total")
+        done = lv.metric("levee_quota_sync_latency_seconds_count")
+        wait_until(lambda: lv.metric("levee_quota_sync_latency_seconds_count") >= done + 5, what="five more syncs")
+        self.assertEqual(lv.metric("levee_quota_sync_errors_total"), errors)
+        self.assertEqual(state(lv), "synced")
 
     def test_keys_of_the_wrong_type_mean_fallback_until_fixed(self):
         be = Backend(self)
