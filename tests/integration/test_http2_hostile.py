@@ -272,6 +272,14 @@ class Hostile(unittest.TestCase):
         s.sendall(PREFACE)
         return s
 
+    def assert_calmed(self, lv, s, limit):
+        """The raw connection s ended with GOAWAY ENHANCE_YOUR_CALM, counted
+        under limit, and another connection is still served."""
+        self.assertEqual(goaway_from(s), ENHANCE_YOUR_CALM)
+        s.close()
+        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit=limit), 1)
+        self.still_served(lv)
+
     def send_all(self, s, data):
         try:
             s.sendall(data)
@@ -290,10 +298,7 @@ class Hostile(unittest.TestCase):
         stream = REQUEST + b"\x0f\x0d\x011"  # content-length: 1 (static name 28)
         self.send_all(s, b"".join(frame(0x1, 0x4, sid, stream) + frame(0x0, 0x1, sid, b"xx")
                                   for sid in range(1, 1000, 2)))
-        self.assertEqual(goaway_from(s), ENHANCE_YOUR_CALM)
-        s.close()
-        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="rapid_reset"), 1)
-        self.still_served(lv)
+        self.assert_calmed(lv, s, "rapid_reset")
 
     def test_streams_reset_for_a_bad_field_earn_no_control_frames(self):
         # A stream nghttp2 resets at once (a connection-specific field) must
@@ -305,10 +310,7 @@ class Hostile(unittest.TestCase):
         bad = REQUEST + literal(b"connection", b"x")
         ping = frame(0x6, 0, 0, b"12345678")
         self.send_all(s, b"".join(frame(0x1, 0x5, sid, bad) + ping + ping for sid in range(1, 3000, 2)))
-        self.assertEqual(goaway_from(s), ENHANCE_YOUR_CALM)
-        s.close()
-        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 1)
-        self.still_served(lv)
+        self.assert_calmed(lv, s, "control_flood")
 
     def test_padded_empty_data_is_a_control_flood(self):
         # DATA frames carrying only their padding length (no data, no end):
@@ -317,10 +319,7 @@ class Hostile(unittest.TestCase):
         s = self.raw(lv)
         post = b"\x83\x84\x86\x01\x01t"  # :method POST, no content-length
         self.send_all(s, frame(0x1, 0x4, 1, post) + frame(0x0, 0x8, 1, b"\x00") * 5000)
-        self.assertEqual(goaway_from(s), ENHANCE_YOUR_CALM)
-        s.close()
-        self.assertGreaterEqual(lv.metric("levee_http2_limit_total", limit="control_flood"), 1)
-        self.still_served(lv)
+        self.assert_calmed(lv, s, "control_flood")
 
     def test_an_answer_before_the_request_ends_closes_the_open_half(self):
         # Answered (431) while the client's half is still open: levee resets
