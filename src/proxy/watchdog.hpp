@@ -41,17 +41,23 @@ class Watchdog {
     deadline_ = core::TimePoint::max();
     phase_ = Phase::None;
   }
-  /// Forgets everything (the exchange is back in its pool).
+  /// Forgets the exchange (its scratch is back in the pool). A wait still
+  /// pending stays: the next exchange's first deadline is usually later,
+  /// so arming it is a store, and the old wait, when it fires, finds no
+  /// target or re-arms for the new deadline. Re-arming the timer here
+  /// instead cost a cancel, an aborted handler and a new queue entry per
+  /// request.
   void reset() noexcept {
     disarm();
     expired_ = false;
     target_ = nullptr;
-    armed_ = false;  // a wait still pending belongs to an old generation
-    ++gen_;
   }
   bool expired() const noexcept { return expired_; }
   Phase expired_phase() const noexcept { return expired_phase_; }
   core::TimePoint deadline() const noexcept { return deadline_; }
+  /// How many times the timer itself was set (each one a cancel and a new
+  /// entry in the reactor's timer queue); what the lazy arming saves.
+  std::uint64_t timer_sets() const noexcept { return timer_sets_; }
 
  private:
   void fire(std::uint64_t gen);
@@ -61,6 +67,7 @@ class Watchdog {
   core::TimePoint deadline_ = core::TimePoint::max();
   core::TimePoint armed_at_ = core::TimePoint::max();  ///< what the timer waits for
   std::uint64_t gen_ = 0;
+  std::uint64_t timer_sets_ = 0;
   bool armed_ = false;
   bool expired_ = false;
   Phase phase_ = Phase::None;
@@ -76,6 +83,7 @@ inline void Watchdog::arm(core::TimePoint d, Phase p, Target& t) {
   if (armed_ && d >= armed_at_) return;  // fires early, then re-arms
   armed_at_ = d;
   armed_ = true;
+  ++timer_sets_;
   timer_.expires_at(to_steady(d));
   timer_.async_wait([this, g = ++gen_](error_code ec) {
     // Aborted: superseded by expires_at, or the timer (and this watchdog,
@@ -86,12 +94,13 @@ inline void Watchdog::arm(core::TimePoint d, Phase p, Target& t) {
 }
 
 inline void Watchdog::fire(std::uint64_t gen) {
-  if (gen != gen_) return;  // superseded by an earlier deadline, or reset
+  if (gen != gen_) return;  // superseded by an earlier deadline
   armed_ = false;
   if (deadline_ == core::TimePoint::max() || target_ == nullptr) return;
   if (now() < deadline_) {
     armed_at_ = deadline_;
     armed_ = true;
+    ++timer_sets_;
     timer_.expires_at(to_steady(deadline_));
     timer_.async_wait([this, g = ++gen_](error_code ec) {
       if (ec != asio::error::operation_aborted) fire(g);  // as in arm()

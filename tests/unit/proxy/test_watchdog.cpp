@@ -45,3 +45,44 @@ TEST_CASE("a watchdog whose deadline passes cancels its target once", "[watchdog
   CHECK(dog.expired());
   CHECK(dog.expired_phase() == Watchdog::Phase::Body);
 }
+
+TEST_CASE("a pooled watchdog keeps its pending wait for the next exchange", "[watchdog]") {
+  asio::io_context ctx;
+  Counting first, second;
+  Watchdog dog(ctx);
+  dog.arm(now() + 5ms, Watchdog::Phase::Header, first);
+  REQUIRE(dog.timer_sets() == 1);
+  dog.reset();  // the exchange is over; its scratch goes back to the pool
+  // The next exchange's later deadline is a store, not a new timer entry.
+  dog.arm(now() + 30ms, Watchdog::Phase::Header, second);
+  CHECK(dog.timer_sets() == 1);
+  // The old wait fires at 5 ms, finds the new deadline and re-arms for it;
+  // only the new target is told, once, and only once it is due.
+  const auto armed = now();
+  const auto give_up = armed + 10s;
+  while (second.fired == 0 && now() < give_up) ctx.run_one_for(100ms);
+  CHECK(now() - armed >= 29ms);
+  ctx.poll();
+  CHECK(second.fired == 1);
+  CHECK(first.fired == 0);
+  CHECK(dog.timer_sets() == 2);
+  CHECK(dog.expired_phase() == Watchdog::Phase::Header);
+}
+
+TEST_CASE("a pooled watchdog whose old wait fires with no exchange does nothing", "[watchdog]") {
+  asio::io_context ctx;
+  Counting first;
+  Watchdog dog(ctx);
+  dog.arm(now() + 2ms, Watchdog::Phase::Body, first);
+  dog.reset();
+  const auto give_up = now() + 10s;
+  // The wait completes (one handler run) and, with no target, stays quiet.
+  while (ctx.run_one_for(100ms) == 0 && now() < give_up) {
+  }
+  ctx.poll();
+  CHECK(first.fired == 0);
+  CHECK_FALSE(dog.expired());
+  // The next arm has no pending wait to reuse: it sets the timer.
+  dog.arm(now() + 1h, Watchdog::Phase::Body, first);
+  CHECK(dog.timer_sets() == 2);
+}
