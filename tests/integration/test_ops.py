@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 
-from harness import Backend, Levee, cluster, free_port, port_open, wait_until
+from harness import Backend, Levee, cluster, free_port, port_open, raw_exchange, wait_until
 
 
 def admin_post(lv, path, headers=None):
@@ -536,6 +536,34 @@ class AccessLogFields(unittest.TestCase):
         lv.request("GET", "/api/after")
         wait_until(lambda: len(lines()) == 3, what="a third line")
         self.assertEqual(lines()[2], {"status": 200, "path": "/api/after"})
+
+    def test_both_formats_escape_what_would_break_a_line(self):
+        # A target holding a quote, a backslash, a UTF-8 e-acute, a lone
+        # 0xE9 (not UTF-8) and plain ASCII around them: the text format
+        # writes the first two and the stray byte as \xNN and keeps the
+        # UTF-8; JSON escapes the first two and replaces the stray byte
+        # with \ufffd.
+        target = b'/a"b\\c/\xc3\xa9/\xe9/plain-run?k=v'
+        for fmt, want in (("text", '"GET /a\\x22b\\x5cc/\u00e9/\\xe9/plain-run?k=v HTTP/1.1" 200 '),
+                          ("json", '"target":"/a\\"b\\\\c/\u00e9/\\ufffd/plain-run?k=v"')):
+            with self.subTest(format=fmt):
+                a = Backend(self, name="a")
+                path = os.path.join(tempfile.mkdtemp(prefix="levee-log-"), "access.log")
+                lv = Levee(self, [cluster("a", [a.address])],
+                           extra={"access_log": {"enabled": True, "path": path, "format": fmt,
+                                                 "flush_interval": "10ms"}})
+                answer = raw_exchange(lv.port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n"
+                                      b"Connection: close\r\n\r\n")
+                self.assertTrue(answer.startswith(b"HTTP/1.1 200 "), answer[:80])
+                def read():
+                    with open(path, encoding="utf-8") as f:
+                        return f.read()
+                wait_until(lambda: os.path.exists(path) and read().endswith("\n"), what="the line")
+                text = read()
+                self.assertEqual(len(text.splitlines()), 1, text)
+                self.assertIn(want, text)
+                if fmt == "json":
+                    self.assertEqual(json.loads(text)["target"], '/a"b\\c/\u00e9/\ufffd/plain-run?k=v')
 
 
 class Cli(unittest.TestCase):
