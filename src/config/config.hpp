@@ -356,6 +356,11 @@ struct AdminConfig {
   /// views of clusters, config, info and stats) needs the token from off
   /// loopback, as actions do.
   std::vector<std::string> open_paths = {"/healthz", "/ready", "/metrics"};
+  /// Host names a loopback client may send as `Host` and still be trusted
+  /// as loopback, besides `localhost` (and `*.localhost`) and IP literals.
+  /// A name outside these is what a web page whose name was rebound to
+  /// 127.0.0.1 (DNS rebinding) would send.
+  std::vector<std::string> allowed_hosts;
 };
 
 /// The pages the admin listener answers GET for (and so the paths

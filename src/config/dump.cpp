@@ -183,6 +183,8 @@ void admin(Json& j, const AdminConfig& a) {
       .key("open_paths")
       .open_list();
   for (const auto& p : a.open_paths) j.v(p);
+  j.close_list().key("allowed_hosts").open_list();
+  for (const auto& h : a.allowed_hosts) j.v(h);
   j.close_list().close();
 }
 

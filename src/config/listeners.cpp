@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <string>
 
@@ -151,6 +152,24 @@ void read_admin(Ctx& ctx, const YAML::Node& n, AdminConfig& a) {
     if (!f || !std::getline(f, a.token)) ctx.error(tf, am.sub("token_file"), "cannot read '" + a.token_file + "'");
     while (!a.token.empty() && (a.token.back() == '\r' || a.token.back() == ' ')) a.token.pop_back();
     if (f && a.token.size() < 16) ctx.error(tf, am.sub("token_file"), "the token must be at least 16 characters");
+  }
+  if (auto ah = am.take("allowed_hosts"); ah.IsDefined()) {
+    if (!ah.IsSequence()) ctx.error(ah, am.sub("allowed_hosts"), "must be a list of host names");
+    else
+      for (std::size_t i = 0; i < ah.size(); ++i) {
+        std::string h;
+        read(ctx, ah[i], at(am.sub("allowed_hosts"), i), h);
+        const bool name = !h.empty() && std::all_of(h.begin(), h.end(), [](unsigned char c) {
+          return std::isalnum(c) || c == '-' || c == '.' || c == '_';
+        });
+        if (!name)
+          ctx.error(ah[i], at(am.sub("allowed_hosts"), i),
+                    "'" + h + "' is not a host name (letters, digits, '-', '_' and '.'; no port)");
+        else {
+          std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return std::tolower(c); });
+          a.allowed_hosts.push_back(std::move(h));
+        }
+      }
   }
   if (auto op = am.take("open_paths"); op.IsDefined()) {
     a.open_paths.clear();

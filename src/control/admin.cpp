@@ -135,6 +135,11 @@ asio::awaitable<void> AdminServer::session(tcp::socket sock) {
     ar.path = std::string(target);
     ar.head = req.method() == bh::verb::head;
     if (auto it = req.find(bh::field::authorization); it != req.end()) ar.authorization = std::string(it->value());
+    if (auto it = req.find(bh::field::host); it != req.end()) ar.host = std::string(it->value());
+    if (auto it = req.find(bh::field::origin); it != req.end()) {
+      ar.origin = std::string(it->value());
+      ar.has_origin = true;
+    }
     ar.body = req.body();
     {
       boost::system::error_code pec;

@@ -26,6 +26,9 @@ struct AdminRequest {
   std::string path;    ///< without the query
   std::vector<std::pair<std::string, std::string>> query;  ///< decoded
   std::string authorization;
+  std::string host;    ///< the Host header, as sent
+  std::string origin;  ///< the Origin header, as sent (browsers send it)
+  bool has_origin = false;
   std::string body;
   boost::asio::ip::address peer;
   bool head = false;

@@ -12,6 +12,12 @@
 // Actions are allowed from loopback clients, or from anywhere with
 // `Authorization: Bearer <admin.token_file's token>`. Each is logged and
 // counted (levee_admin_actions_total{action,result}).
+//
+// A loopback client may be a browser running another site's page: its
+// POST would act (CSRF), and a page whose name is rebound to 127.0.0.1
+// (DNS rebinding) could read every page. So loopback counts only when
+// the Host is loopback's (an IP literal, localhost, or admin.allowed_hosts)
+// and an Origin, when sent, is that same host.
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
@@ -70,6 +76,52 @@ bool loopback(const boost::asio::ip::address& a) {
   return false;
 }
 
+bool iequal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+/// A Host header no web page elsewhere can make a browser send to this
+/// port: none (HTTP/1.0), an IP literal, localhost or *.localhost (which
+/// browsers resolve to loopback themselves), or a name the config allows.
+bool loopback_host(std::string_view host, const std::vector<std::string>& allowed) {
+  if (host.empty()) return true;
+  std::string_view name = host;
+  if (name.front() == '[') {
+    const auto end = name.find(']');
+    if (end == std::string_view::npos) return false;
+    name = name.substr(1, end - 1);
+  } else if (const auto colon = name.rfind(':'); colon != std::string_view::npos) {
+    name = name.substr(0, colon);
+  }
+  if (!name.empty() && name.back() == '.') name.remove_suffix(1);
+  if (name.empty()) return false;
+  boost::system::error_code ec;
+  (void)boost::asio::ip::make_address(std::string(name), ec);
+  if (!ec) return true;
+  constexpr std::string_view local = "localhost", dot_local = ".localhost";
+  if (iequal(name, local)) return true;
+  if (name.size() > dot_local.size() && iequal(name.substr(name.size() - dot_local.size()), dot_local)) return true;
+  return std::any_of(allowed.begin(), allowed.end(), [&](const std::string& a) { return iequal(name, a); });
+}
+
+/// An Origin naming the same host and port as the Host header: the
+/// admin page's own requests, never another site's.
+bool same_origin(std::string_view origin, std::string_view host) {
+  for (std::string_view scheme : {std::string_view("http://"), std::string_view("https://")})
+    if (origin.size() > scheme.size() && iequal(origin.substr(0, scheme.size()), scheme))
+      return !host.empty() && iequal(origin.substr(scheme.size()), host);
+  return false;  // "null" (a sandboxed frame, a file) or something else
+}
+
+constexpr std::string_view kNotLoopback = "not loopback and no valid token";
+constexpr std::string_view kRebound =
+    "loopback, but the Host names neither loopback nor admin.allowed_hosts (a page whose name points at "
+    "127.0.0.1?), and no valid token";
+constexpr std::string_view kCrossOrigin =
+    "loopback, but sent by a page of another origin (Origin differs from Host), and no valid token";
+
 /// Comparison in time independent of where the strings differ.
 bool same_secret(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -91,18 +143,24 @@ constexpr std::string_view kEndpoints =
 
 }  // namespace
 
-bool Server::authorized(const AdminRequest& r) const {
-  if (loopback(r.peer)) return true;
+std::string_view Server::unauthorized(const AdminRequest& r) const {
   const auto& token = cfg_->admin.token;
   constexpr std::string_view bearer = "Bearer ";
-  return !token.empty() && r.authorization.size() > bearer.size() &&
-         r.authorization.compare(0, bearer.size(), bearer) == 0 &&
-         same_secret(std::string_view(r.authorization).substr(bearer.size()), token);
+  if (!token.empty() && r.authorization.size() > bearer.size() &&
+      r.authorization.compare(0, bearer.size(), bearer) == 0 &&
+      same_secret(std::string_view(r.authorization).substr(bearer.size()), token))
+    return {};
+  if (!loopback(r.peer)) return kNotLoopback;
+  if (!loopback_host(r.host, cfg_->admin.allowed_hosts)) return kRebound;
+  if (r.has_origin && !same_origin(r.origin, r.host)) return kCrossOrigin;
+  return {};
 }
 
-bool Server::readable(const AdminRequest& r, std::string_view path) const {
+std::string_view Server::unreadable(const AdminRequest& r, std::string_view path) const {
   const auto& open = cfg_->admin.open_paths;
-  return std::find(open.begin(), open.end(), path) != open.end() || authorized(r);
+  if (std::find(open.begin(), open.end(), path) != open.end()) return {};
+  const auto why = unauthorized(r);
+  return why == kNotLoopback ? std::string_view("not loopback, not in admin.open_paths, and no valid token") : why;
 }
 
 void Server::refused(const std::string& what, const AdminRequest& r, std::string_view why) {
@@ -162,10 +220,14 @@ asio::awaitable<AdminReply> Server::admin_request(const AdminRequest& r) {
   const bool page = p == "/admin/" || p == "/admin";
   const bool known_get =
       !page && std::find(std::begin(config::kAdminPages), std::end(config::kAdminPages), p) != std::end(config::kAdminPages);
-  if (read && (known_get || page) && !readable(r, page ? std::string_view("/admin/") : std::string_view(p))) {
-    refused("GET " + p, r, "not loopback, not in admin.open_paths, and no valid token");
-    co_return text(403, "forbidden: off loopback this page needs a bearer token (admin.token_file) "
-                        "unless admin.open_paths lists it\n");
+  if (read && (known_get || page)) {
+    if (const auto why = unreadable(r, page ? std::string_view("/admin/") : std::string_view(p)); !why.empty()) {
+      refused("GET " + p, r, why);
+      if (why.starts_with("not loopback"))
+        co_return text(403, "forbidden: off loopback this page needs a bearer token (admin.token_file) "
+                            "unless admin.open_paths lists it\n");
+      co_return text(403, "forbidden: " + std::string(why) + "\n");
+    }
   }
   if (page && read) {
     AdminReply out{200, "text/html; charset=utf-8", std::string(admin_page_html()), {}};
@@ -207,9 +269,11 @@ asio::awaitable<AdminReply> Server::admin_request(const AdminRequest& r) {
     out.extra = "allow: POST\r\n";
     co_return out;
   }
-  if (!authorized(r)) {
-    refused(p, r, "not loopback and no valid token");
-    co_return text(403, "forbidden: admin actions are for loopback clients or a bearer token (admin.token_file)\n");
+  if (const auto why = unauthorized(r); !why.empty()) {
+    refused(p, r, why);
+    if (why == kNotLoopback)
+      co_return text(403, "forbidden: admin actions are for loopback clients or a bearer token (admin.token_file)\n");
+    co_return text(403, "forbidden: " + std::string(why) + "\n");
   }
   if (p == "/admin/reload") {
     auto res = reload("POST /admin/reload");

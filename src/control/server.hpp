@@ -140,9 +140,12 @@ class Server {
   AdminReply endpoint_action(const AdminRequest& r, std::string_view action);
   AdminReply dry_run_action(const AdminRequest& r);
   AdminReply log_level_action(const AdminRequest& r);
-  bool authorized(const AdminRequest& r) const;
-  /// A GET of `path` is answered: loopback, a page in admin.open_paths, or the token.
-  bool readable(const AdminRequest& r, std::string_view path) const;
+  /// Why `r` may not act or read every page, or empty when it may: a
+  /// loopback client sent by no browser page from elsewhere, or the token.
+  std::string_view unauthorized(const AdminRequest& r) const;
+  /// Why a GET of `path` is refused, or empty: it is answered to those
+  /// authorised and for a page in admin.open_paths.
+  std::string_view unreadable(const AdminRequest& r, std::string_view path) const;
   void count_action(std::string_view action, bool ok);
   /// Logs a refused admin request, at most one line a second.
   void refused(const std::string& what, const AdminRequest& r, std::string_view why);

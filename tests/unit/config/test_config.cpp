@@ -377,3 +377,14 @@ clusters: [{name: app, endpoints: ["127.0.0.1:9000"]}]
   CHECK(out.find("t.yaml:3:71: listeners[0].http2.initial_window: must be 1024..2147483647") != std::string::npos);
   CHECK(out.find("listeners[0].http2.stream: unknown key") != std::string::npos);
 }
+
+TEST_CASE("admin.allowed_hosts: names only, lower-cased, errors with their place", "[config]") {
+  auto r = load_string(std::string(kMinimal) + "admin: {allowed_hosts: [Levee-Admin.internal, gw_1]}\n", "t.yaml");
+  REQUIRE(r.errors.empty());
+  CHECK(r.config->admin.allowed_hosts == std::vector<std::string>{"levee-admin.internal", "gw_1"});
+  auto out = errors_of(std::string(kMinimal) + "admin: {allowed_hosts: [\"evil.example:9901\", \"\"]}\n");
+  CHECK(out.find("admin.allowed_hosts[0]: 'evil.example:9901' is not a host name") != std::string::npos);
+  CHECK(out.find("admin.allowed_hosts[1]: '' is not a host name") != std::string::npos);
+  CHECK(errors_of(std::string(kMinimal) + "admin: {allowed_hosts: localhost}\n")
+            .find("admin.allowed_hosts: must be a list of host names") != std::string::npos);
+}
