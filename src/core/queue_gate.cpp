@@ -121,8 +121,18 @@ Duration QueueGate::time_until_release(TimePoint now, std::uint32_t r) const noe
 QueueGate::Outlook QueueGate::outlook(TimePoint now, std::uint32_t ahead, std::size_t ln, TimePoint deadline) noexcept {
   const Duration left = deadline - now;
   if (!hold_.initialized()) {
-    // No permit has come back yet: the drain rate is all there is.
+    // No permit has come back yet: the drain rate is all there is (after
+    // the first moments, the bound the silence since the busy period began
+    // sets). A class that fits within it is bounded by its deadline alone,
+    // as below: with service times longer than the target the first permits
+    // come back only after a whole service time, in one burst, and the most
+    // critical requests of a cold start must not be refused or dropped for
+    // waiting for it. As the silence lengthens the bound falls, and a
+    // backend that hangs soon has no class fit. (With no allowance for
+    // noise: the first arrivals are too few to tell noise from demand, and
+    // an entry that fits is held to its deadline.)
     const Duration wait = estimate_wait(now, ahead + 1, ln);
+    if (fits(now, ln, drain_rate(now), 0.0)) return {wait, left, left};
     return {wait, std::min(cfg_.target, left), cfg_.target};
   }
   const Duration hold = from_seconds(hold_.value());
@@ -157,10 +167,14 @@ QueueGate::Outlook QueueGate::outlook(TimePoint now, std::uint32_t ahead, std::s
   // and 10% of margin covers the drain rate being an estimate too (a
   // class exactly at capacity starves what is below it, so it must not
   // read as fitting).
+  if (fits(now, ln, drain, 2.0)) return {wait, left, left};
+  return {wait, std::min(2 * hold + cfg_.target, left), grace};
+}
+
+bool QueueGate::fits(TimePoint now, std::size_t ln, double drain, double sigmas) noexcept {
   const double span = to_seconds(arrivals_.span(now, std::chrono::milliseconds(1)));
   const double n = arrivals_.sum(now, ln, kLanes - 1);
-  if (span > 0 && (n - 2.0 * std::sqrt(n)) / span < 0.9 * drain) return {wait, left, left};
-  return {wait, std::min(2 * hold + cfg_.target, left), grace};
+  return span > 0 && (n - sigmas * std::sqrt(n)) / span < 0.9 * drain;
 }
 
 void QueueGate::note_grant(TimePoint now, Duration sojourn, std::size_t ln) noexcept {

@@ -11,7 +11,10 @@
 //    permit is held: the oldest permit comes back first, and each permit
 //    comes back every hold time after. A backend with long service times
 //    frees permits in bursts, not smoothly, and this sees the bursts.
-//    (Before any permit has come back, entries / drain rate stands in.)
+//    (Before any permit has come back, entries / drain rate stands in, and
+//    the budget below applies with that drain rate, its silence bound
+//    included: a class that fits waits for the first permits however long
+//    the backend takes, a backend that hangs has none fit before long.)
 //  * The budget for that wait is the request's remaining deadline. While
 //    the demand of its class and the classes above it (their arrivals over
 //    the last drain window) is below what the cluster drains, that is all:
@@ -225,6 +228,10 @@ class QueueGate {
     Duration grace;   ///< queued: dropped after max_wait_factor x grace
   };
   Outlook outlook(TimePoint now, std::uint32_t ahead, std::size_t lane, TimePoint deadline) noexcept;
+  /// The demand of `lane` and the lanes above it (arrivals over the drain
+  /// window, less `sigmas` standard deviations of Poisson noise, with 10%
+  /// of margin) fits in `drain`.
+  bool fits(TimePoint now, std::size_t lane, double drain, double sigmas) noexcept;
   void push_start(TimePoint t);
   void pop_start(TimePoint now) noexcept;
 

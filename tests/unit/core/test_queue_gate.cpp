@@ -129,6 +129,54 @@ TEST_CASE("a silent backend shows in the estimate: cold start and hangs", "[queu
   CHECK(g.drain_rate(clk.now) < 40);
 }
 
+TEST_CASE("a cold start in front of a backend slower than the target keeps the critical requests that fit", "[queue]") {
+  // Found by the admission integration test at 8 workers x 100 ms with the
+  // default 50 ms target: the first permits come back only after 100 ms,
+  // all at once. Before, a CRITICAL_PLUS request queued in the first
+  // moments was dropped at twice the target (queue_timeout), just before
+  // the burst that would have served it, and one arriving later was
+  // refused (queue_wait), though its class asks for a third of capacity.
+  QueueConfig qc;
+  qc.target = 50ms;
+  QueueGate g(qc, static_limit(8));
+  SimClock clk;
+  Collect s;
+  for (int i = 0; i < 8; ++i) REQUIRE(g.arrive(clk.now, Criticality::Sheddable, kFar, 0, s).outcome == Outcome::Granted);
+  const TimePoint deadline = clk.now + 1s;
+  std::vector<QueueGate::Ticket> critical;
+  int sheddable_refused = 0;
+  // 30/s of CRITICAL_PLUS and 570/s of SHEDDABLE for the first 99 ms.
+  for (int ms = 1; ms < 100; ++ms) {
+    clk.advance(1ms);
+    if (ms % 33 == 1) {
+      auto a = g.arrive(clk.now, Criticality::CriticalPlus, deadline, 100 + ms, s);
+      CHECK(a.outcome == Outcome::Queued);
+      critical.push_back(a.ticket);
+    }
+    if (g.arrive(clk.now, Criticality::Sheddable, deadline, ms, s).outcome == Outcome::Rejected) ++sheddable_refused;
+  }
+  REQUIRE(critical.size() == 3);
+  for (const auto& w : s.wakes) CHECK(w.cookie < 100);  // no critical entry was dropped meanwhile
+  // The flood that cannot fit is refused at arrival, as before.
+  CHECK(sheddable_refused > 50);
+  // The first burst of permits comes back, a few ms after the service time
+  // (levee's and the network's own time): the critical requests go first.
+  clk.advance(4ms);
+  for (const auto& w : s.wakes) CHECK(w.cookie < 100);
+  s.wakes.clear();
+  for (int i = 0; i < 8; ++i) {
+    QueueGate::Sample smp{100ms, 8, false};
+    g.release(clk.now, &smp, s);
+  }
+  int critical_granted = 0;
+  for (const auto& w : s.wakes)
+    if (w.cookie >= 100) {
+      CHECK(w.granted);
+      ++critical_granted;
+    }
+  CHECK(critical_granted == 3);
+}
+
 TEST_CASE("a cold start's first burst is measured over the time it took, not a whole bucket", "[queue]") {
   // Found by the overhead benchmark: 50 clients against a fast backend, a
   // limit of 20, and the first 20 answers back within 8 ms. Over a 100 ms
