@@ -120,7 +120,10 @@ class Fuse(unittest.TestCase):
 
 class ConnectionGuards(unittest.TestCase):
     def test_one_source_cannot_starve_another(self):
-        be = Backend(self, workers=64, service="fixed:200ms")
+        # The first 50 connections' requests hold their slots for 3 s: longer
+        # than the other 950 take to connect on any machine, so each of those
+        # finds the source's cap full.
+        be = Backend(self, workers=64, service="fixed:3s")
         lv = Levee(self, [cluster("app", [be.address], concurrency={"limit": 128})],
                    listener={"max_connections_per_source": 50, "max_connections": 5000})
 

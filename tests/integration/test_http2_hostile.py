@@ -162,7 +162,10 @@ class Hostile(unittest.TestCase):
         lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
                    routes=[{"cluster": "app", "timeout": "10s"}],
                    listener={"http2": {"enabled": True, "max_queued_streams": 2}})
-        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder"}))
+        # The holder keeps the one slot until the extra stream has been
+        # refused, however slow the machine.
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-id": "holder",
+                                                                                 "x-test-service-ms": "2000"}))
         holder.start()
         wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
         c = H2Client(lv.port)
