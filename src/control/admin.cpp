@@ -9,6 +9,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 
+#include <array>
 #include <system_error>
 
 #include "http/local_reply.hpp"
@@ -21,6 +22,34 @@ using tcp = asio::ip::tcp;
 constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
 
 namespace {
+
+/// Answers a request too large or malformed, then closes.
+asio::awaitable<void> refuse_and_close(beast::tcp_stream& stream, std::uint16_t status,
+                                       std::chrono::steady_clock::duration write_timeout) {
+  http::LocalReply r;
+  r.status = status;
+  r.close = true;
+  r.body = status == 431   ? "request header fields too large: the admin listener reads at most 16 KiB of head\n"
+           : status == 413 ? "request body too large: the admin listener reads at most 64 KiB of body\n"
+                           : "bad request\n";
+  std::string out;
+  http::write_http1(out, r);
+  stream.expires_after(write_timeout);
+  auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(out), nothrow);
+  if (wec) co_return;
+  // A lingering close: what the client is still sending is read and thrown
+  // away (at most 1 MiB, for at most a second), so that closing with it
+  // unread does not reset the connection before the client reads the answer.
+  boost::system::error_code ig;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ig);
+  stream.expires_after(std::chrono::seconds(1));
+  std::array<char, 16 * 1024> sink;
+  for (std::size_t drained = 0; drained < (1u << 20);) {
+    auto [rec, rn] = co_await stream.async_read_some(asio::buffer(sink), nothrow);
+    if (rec) break;
+    drained += rn;
+  }
+}
 
 int hex(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -113,7 +142,20 @@ asio::awaitable<void> AdminServer::session(tcp::socket sock) {
     stream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         first ? cfg_.header_timeout : cfg_.idle_timeout));
     auto [ec, n] = co_await bh::async_read(stream, buf, parser, nothrow);
-    if (ec) co_return;
+    if (ec) {
+      // Too large or malformed: an answer saying so, then the close. A
+      // timeout, or a client that closed, gets none.
+      const std::uint16_t status = ec == bh::error::header_limit ? 431
+                                   : ec == bh::error::body_limit ? 413
+                                   : ec.category() == bh::make_error_code(bh::error::bad_method).category() &&
+                                           ec != bh::error::end_of_stream && ec != bh::error::partial_message
+                                       ? 400
+                                       : 0;
+      if (status != 0)
+        co_await refuse_and_close(stream, status,
+                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(cfg_.header_timeout));
+      co_return;
+    }
     const auto& req = parser.get();
     AdminRequest ar;
     ar.method = std::string(req.method_string());

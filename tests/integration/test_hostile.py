@@ -476,6 +476,40 @@ class Robustness(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 3)
         s.close()
 
+    def test_admin_answers_oversized_and_malformed_requests_before_closing(self):
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])])
+        big_head = b"GET /metrics HTTP/1.1\r\nHost: a\r\nx-pad: " + b"a" * 20000 + b"\r\n\r\n"
+        reply = raw_exchange(lv.admin_port, big_head)
+        self.assertEqual(status_of(reply), 431, reply[:200])
+        self.assertIn(b"connection: close", reply.lower())
+        # A body over 64 KiB: the answer arrives although the rest of the
+        # body was still being sent (levee reads it away before closing).
+        s = socket.create_connection(("127.0.0.1", lv.admin_port), timeout=5)
+        s.sendall(b"POST /admin/drain HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n")
+        try:
+            s.sendall(b"x" * 200000)
+        except OSError:
+            pass
+        reply = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        s.close()
+        self.assertEqual(status_of(reply), 413, reply[:200])
+        self.assertEqual(lv.admin_get("/ready")[0], 200)  # and it did not act
+        self.assertEqual(status_of(raw_exchange(lv.admin_port, b"GET /metrics HTTP/1.1\r\nHost a\r\n\r\n")), 400)
+        # A client that closes mid-request gets nothing, and the next one is
+        # served.
+        s = socket.create_connection(("127.0.0.1", lv.admin_port), timeout=5)
+        s.sendall(b"GET /metr")
+        s.shutdown(socket.SHUT_WR)
+        self.assertEqual(s.recv(100), b"")
+        s.close()
+        self.assertEqual(lv.admin_get("/healthz")[0], 200)
+
     def test_ready_is_503_while_a_cluster_has_no_address(self):
         be = Backend(self)
         lv = Levee(self, [cluster("app", [be.address]), cluster("dns", ["no-such-host.invalid:80"])],
