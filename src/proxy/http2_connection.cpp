@@ -64,6 +64,36 @@ struct H2Callbacks {
     return 0;
   }
 
+  // Control frames are counted as they begin, not as nghttp2 hands them
+  // over: nghttp2 drops some without a frame_recv call (a WINDOW_UPDATE or
+  // PRIORITY for a closed stream, an unsolicited PING ACK, any frame of a
+  // type it does not know), and each still costs a parse.
+  static int begin_frame(nghttp2_session*, const nghttp2_frame_hd* hd, void* u) {
+    auto& c = *static_cast<Http2Connection*>(u);
+    switch (hd->type) {
+      case NGHTTP2_DATA:
+      case NGHTTP2_HEADERS:
+      case NGHTTP2_RST_STREAM:   // counted as resets
+      case NGHTTP2_PUSH_PROMISE:  // a connection error from a client
+      case NGHTTP2_GOAWAY:
+      case NGHTTP2_CONTINUATION:  // bounded per header block
+        return 0;
+      default:  // SETTINGS, PING, PRIORITY, WINDOW_UPDATE, extensions
+        c.control_frame();
+        return 0;
+    }
+  }
+
+  // Frames of every type nghttp2 does not know are read through these two
+  // (registered for types 10-255) only so that begin_frame sees them; their
+  // payload is skipped and the frame discarded, as RFC 9113 section 4.1 says.
+  static int extension_chunk(nghttp2_session*, const nghttp2_frame_hd*, const std::uint8_t*, std::size_t, void*) {
+    return 0;
+  }
+  static int unpack_extension(nghttp2_session*, void**, const nghttp2_frame_hd*, void*) {
+    return NGHTTP2_ERR_CANCEL;
+  }
+
   static int frame_recv(nghttp2_session* s, const nghttp2_frame* f, void* u) {
     auto& c = *static_cast<Http2Connection*>(u);
     switch (f->hd.type) {
@@ -92,14 +122,6 @@ struct H2Callbacks {
           if (H2Stream* st = stream_of(s, f->hd.stream_id)) st->on_end_stream();
         return 0;
       }
-      case NGHTTP2_SETTINGS:
-      case NGHTTP2_PING:
-        if ((f->hd.flags & NGHTTP2_FLAG_ACK) == 0) c.control_frame();
-        return 0;
-      case NGHTTP2_PRIORITY:
-      case NGHTTP2_WINDOW_UPDATE:
-        c.control_frame();
-        return 0;
       case NGHTTP2_RST_STREAM: {
         H2Stream* st = stream_of(s, f->hd.stream_id);
         if (!st) return 0;
@@ -178,8 +200,11 @@ Http2Connection::Http2Connection(Worker& w, Listener& l, Stream s, const Peer& p
   nghttp2_session_callbacks_new(&cb);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cb, H2Callbacks::begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(cb, H2Callbacks::header);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(cb, H2Callbacks::begin_frame);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cb, H2Callbacks::frame_recv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, H2Callbacks::data_chunk);
+  nghttp2_session_callbacks_set_on_extension_chunk_recv_callback(cb, H2Callbacks::extension_chunk);
+  nghttp2_session_callbacks_set_unpack_extension_callback(cb, H2Callbacks::unpack_extension);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, H2Callbacks::stream_close);
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
@@ -190,6 +215,8 @@ Http2Connection::Http2Connection(Worker& w, Listener& l, Stream s, const Peer& p
   nghttp2_option_set_max_outbound_ack(opt, 1000);    // unsent SETTINGS/PING ACKs
   nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
   nghttp2_option_set_max_continuations(opt, 8);      // CONTINUATION frames per header block
+  for (int type = 10; type <= 255; ++type)  // so that begin_frame counts them
+    nghttp2_option_set_user_recv_extension_type(opt, static_cast<std::uint8_t>(type));
   // Its reset-rate limit, looser than levee's own (which counts first).
   nghttp2_option_set_stream_reset_rate_limit(opt, 4ull * h2cfg_.max_resets_per_second,
                                              4ull * h2cfg_.max_resets_per_second);

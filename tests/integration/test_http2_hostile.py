@@ -324,6 +324,27 @@ class Hostile(unittest.TestCase):
         self.send_all(s, frame(0x1, 0x4, 1, post) + frame(0x0, 0x8, 1, b"\x00") * 5000)
         self.assert_calmed(lv, s, "control_flood")
 
+    def test_frames_of_unknown_types_are_a_control_flood(self):
+        # RFC 9113 says to ignore a frame of a type one does not know, and
+        # nghttp2 does so without telling levee: each still costs a read and
+        # a parse. 5,000 of them (types 0x20 and 0xfe, on stream 0 and on a
+        # stream) against a limit of 1,000 control frames a second.
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        s = self.raw(lv)
+        self.send_all(s, (frame(0x20, 0, 0, b"x" * 16) + frame(0xfe, 0xff, 3, b"")) * 2500)
+        self.assert_calmed(lv, s, "control_flood")
+
+    def test_window_updates_for_a_closed_stream_are_a_control_flood(self):
+        # A stream the client opened and reset: nghttp2 drops WINDOW_UPDATE
+        # and PRIORITY frames for it without a callback.
+        lv = Levee(self, [cluster("app", [self.be.address])], listener=H2)
+        s = self.raw(lv)
+        rst = frame(0x3, 0, 1, (8).to_bytes(4, "big"))  # CANCEL
+        update = frame(0x8, 0, 1, (1).to_bytes(4, "big"))
+        priority = frame(0x2, 0, 1, (0).to_bytes(4, "big") + b"\x10")
+        self.send_all(s, frame(0x1, 0x5, 1, REQUEST) + rst + (update + priority) * 2500)
+        self.assert_calmed(lv, s, "control_flood")
+
     def test_an_answer_before_the_request_ends_closes_the_open_half(self):
         # Answered (431) while the client's half is still open: levee resets
         # the stream with NO_ERROR (RFC 9113 section 8.1), and the stream no
