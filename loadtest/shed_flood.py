@@ -6,10 +6,10 @@ on CPU 1. Ten keep-alive connections of CRITICAL_PLUS (wrk -c10) are
 measured alone, then beside a closed-loop flood of SHEDDABLE requests on
 400 connections (a second wrk -c400), which every front refuses:
 
-  levee            shipped defaults, SHEDDABLE's self-protection threshold
-                   at 0 so that every SHEDDABLE request is shed (503
-                   executor_overload); `shed_backoff: 100ms`
-  levee-nobackoff  the same with shed_backoff at its default (off)
+  levee            shipped defaults (shed_backoff 100 ms), SHEDDABLE's
+                   self-protection threshold at 0 so that every SHEDDABLE
+                   request is shed (503 executor_overload)
+  levee-nobackoff  the same with `shed_backoff: 0s` (off)
   haproxy          `http-request deny deny_status 503` on the same header
 
     python3 loadtest/shed_flood.py [--seconds 10] [--repeat 3]
@@ -72,7 +72,7 @@ def main():
     try:
         be = start_static_backend(procs)
         ports = {}
-        for name, backoff in (("levee", "100ms"), ("levee-nobackoff", None)):
+        for name, backoff in (("levee", None), ("levee-nobackoff", "0s")):
             port, admin = free_port(), free_port()
             cfg = levee_cfg(port, admin, be, os.path.join(procs.dir, name + "-access.log"))
             cfg["self_protection"] = {"thresholds": {"SHEDDABLE": 0}}

@@ -164,16 +164,18 @@ struct ListenerConfig {
   Duration min_rate_grace = 10s;
   std::uint32_t max_header_bytes = 64 * 1024;
   std::uint32_t max_request_line = 8 * 1024;
-  /// A connection whose requests were refused by admission twice in a row
-  /// waits before its next request is read: 1 ms, doubling with each
-  /// further refusal, up to this. A client flooding requests that are shed
-  /// is then read less often than the ones being served; one admitted
-  /// request clears it. 0: off, the default: a client that multiplexes
-  /// criticalities over shared connections (a gateway, a sidecar, a
-  /// load generator) would see its critical requests wait behind the
-  /// backoff its shed ones earned (loadtest/order_sweep.py: ~100 ms on
-  /// CRITICAL_PLUS's p99). Turn it on at an edge facing floods.
-  Duration shed_backoff = Duration::zero();
+  /// A connection whose requests self-protection refused twice in a row
+  /// (the worker's own load: executor_overload, host_cpu) waits before its
+  /// next request is read: 1 ms, doubling with each further refusal, up to
+  /// this; one request that is not refused so clears it. A client flooding
+  /// requests that are shed then cannot take the worker from the ones being
+  /// served. Refusals for the backend's sake (queue, throttle, quota) never
+  /// slow a connection: the worker has time to read them, and a client that
+  /// multiplexes criticalities over its connections (a gateway, a sidecar)
+  /// would see its critical requests wait behind the backoff its shed ones
+  /// earned (loadtest/order_sweep.py measured ~100 ms on CRITICAL_PLUS's
+  /// p99 when every refusal counted). 0: off.
+  Duration shed_backoff = std::chrono::milliseconds(100);
   std::uint32_t max_headers = 100;
   Criticality default_criticality = Criticality::Critical;
   std::optional<TenantSource> tenant;

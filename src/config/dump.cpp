@@ -321,6 +321,7 @@ void listener(Json& j, const ListenerConfig& l) {
       .kv("body_timeout", l.body_timeout)
       .kv("min_rate", l.min_rate)
       .kv("min_rate_grace", l.min_rate_grace)
+      .kv("shed_backoff", l.shed_backoff)
       .kv("max_header_bytes", l.max_header_bytes)
       .kv("max_request_line", l.max_request_line)
       .kv("max_headers", l.max_headers)

@@ -257,7 +257,7 @@ awaitable<bool> Http1Connection::serve() {
     co_return false;
   }
   const bool ok = co_await ex.run();
-  shed_run_ = ex.rejected() ? shed_run_ + 1 : 0;
+  shed_run_ = ex.shed_for_own_load() ? shed_run_ + 1 : 0;
   co_return ok && keep_alive_ && !close_after_ && b_->req_parser->is_done();
 }
 

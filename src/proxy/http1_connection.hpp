@@ -98,7 +98,7 @@ class Http1Connection final : public Downstream,
   std::uint64_t tx_ = 0;
   std::uint32_t served_ = 0;  ///< requests answered on this connection
   ReturningClient returning_;  ///< counted once served and kept open
-  std::uint32_t shed_run_ = 0;  ///< admission refusals in a row (listener shed_backoff)
+  std::uint32_t shed_run_ = 0;  ///< self-protection refusals in a row (listener shed_backoff)
   // The minimum data rate of an upload: its n-th byte must have arrived by
   // start + grace + n / min_rate. (A download's rate is checked per write.)
   core::TimePoint body_start_{};

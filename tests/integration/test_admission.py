@@ -249,8 +249,9 @@ class SelfProtection(unittest.TestCase):
         self.assertGreater(lv.metric("levee_rejected_total", reason="executor_overload", criticality="SHEDDABLE"), 0)
 
     def test_a_connection_refused_again_and_again_is_read_less_often(self):
+        # With the shipped default shed_backoff (100 ms).
         be = Backend(self)
-        lv = Levee(self, [cluster("app", [be.address])], listener={"shed_backoff": "100ms"},
+        lv = Levee(self, [cluster("app", [be.address])],
                    extra={"self_protection": {
                        "time_constant": "20ms", "sample_interval": "1ms",
                        "thresholds": {"SHEDDABLE": 0.0, "SHEDDABLE_PLUS": 50, "CRITICAL": 50, "CRITICAL_PLUS": 50}}})
@@ -281,6 +282,35 @@ class SelfProtection(unittest.TestCase):
         served, statuses = timed("CRITICAL_PLUS", 10)
         self.assertEqual(statuses, [200] * 10)
         self.assertLess(served, 0.5)
+
+    def test_refusals_for_the_backend_do_not_slow_a_connection(self):
+        # The backoff is for the worker's own load. A refusal for the
+        # backend's sake (here the queue's: one slot, held, and no room to wait)
+        # leaves the worker time to read, and a client multiplexing
+        # criticalities must not see its next request held. With the
+        # backoff, 30 refusals in a row would take at least
+        # 1+2+...+64+21x100 ms = 2.2 s.
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address], concurrency={"limit": 1}, queue={"max": 0})],
+                   routes=[{"cluster": "app", "timeout": "10s"}])
+        holder = threading.Thread(target=lambda: lv.request("GET", "/", headers={"x-test-service-ms": "4000"}))
+        holder.start()
+        self.addCleanup(holder.join)
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") >= 1, what="slot taken")
+        c = http.client.HTTPConnection("127.0.0.1", lv.port, timeout=10)
+        self.addCleanup(c.close)
+        t0 = time.monotonic()
+        reasons = []
+        for _ in range(30):
+            c.request("GET", "/", headers={"x-criticality": "SHEDDABLE"})
+            r = c.getresponse()
+            r.read()
+            reasons.append((r.status, r.getheader("x-levee-reject")))
+        elapsed = time.monotonic() - t0
+        self.assertEqual([s for s, _ in reasons], [503] * 30)
+        self.assertEqual({r for _, r in reasons} - {"queue_full", "queue_wait"}, set(), reasons)
+        self.assertLess(elapsed, 1.0)
+        self.assertEqual(lv.metric("levee_cluster_in_flight", cluster="app"), 1, "the holder ended too early")
 
 
 if __name__ == "__main__":
