@@ -165,9 +165,11 @@ struct ListenerConfig {
   std::uint32_t max_header_bytes = 64 * 1024;
   std::uint32_t max_request_line = 8 * 1024;
   /// A connection whose requests self-protection refused twice in a row
-  /// (the worker's own load: executor_overload, host_cpu) waits before its
+  /// (the worker's own load: executor_overload, host_cpu) while it let more
+  /// critical requests through (within the last second) waits before its
   /// next request is read: 1 ms, doubling with each further refusal, up to
-  /// this; one request that is not refused so clears it. A client flooding
+  /// this; one request that is not refused so clears it. With nothing more
+  /// critical being served, reading less would only idle the worker. A client flooding
   /// requests that are shed then cannot take the worker from the ones being
   /// served. Refusals for the backend's sake (queue, throttle, quota) never
   /// slow a connection: the worker has time to read them, and a client that

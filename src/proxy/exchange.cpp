@@ -58,6 +58,11 @@ void Exchange::on_client_gone() noexcept {
 
 void Exchange::start_client_watch() { d_.watch(*this); }
 
+bool Exchange::shed_for_own_load() const noexcept {
+  return rec_.rejected && (rec_.reason == Reason::ExecutorOverload || rec_.reason == Reason::HostCpu) &&
+         w_.screened_above(cls_.criticality, rec_.start);
+}
+
 awaitable<bool> Exchange::reject(const core::Decision& d) {
   auto& m = *rt_.metrics;
   permit_.reset();
@@ -161,6 +166,7 @@ awaitable<bool> Exchange::admit() {
     answered_keep_ = co_await reject(v1.decision);
     co_return false;
   }
+  w_.screened(cls_.criticality, rec_.start);
 
   // A slot of the fuse first, so that batch requests waiting for one of its
   // few connections hold no cluster permit.

@@ -61,10 +61,9 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   awaitable<bool> refuse(core::Reason r, std::string_view detail = {});
   /// The worker's sweep: this exchange has waited a while for its backend.
   void start_client_watch();
-  /// Refused by self-protection: for the worker's own load, not the backend's.
-  bool shed_for_own_load() const noexcept {
-    return rec_.rejected && (rec_.reason == core::Reason::ExecutorOverload || rec_.reason == core::Reason::HostCpu);
-  }
+  /// Refused by self-protection (for the worker's own load, not the
+  /// backend's) while it let more critical requests through.
+  bool shed_for_own_load() const noexcept;
 
  private:
   /// Gate 1, the fuse, gates 2-4 and the queue wait. False: answered.

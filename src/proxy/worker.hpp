@@ -14,6 +14,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "core/criticality.hpp"
 #include "control/access_log.hpp"
 #include "proxy/asio.hpp"
 #include "proxy/clock.hpp"
@@ -137,12 +139,26 @@ class Worker {
   void close_idle(std::size_t slot, std::size_t n);
   TimedList upstream_waits;  ///< exchanges waiting for a response head
 
+  /// Self-protection let a request of criticality c through at t (gate 1).
+  void screened(core::Criticality c, core::TimePoint t) noexcept { screened_at_[core::index(c)] = t; }
+  /// Whether self-protection let any request more critical than c through
+  /// within the last second: shedding c is then for their sake, and a
+  /// connection shed again and again may be read less often
+  /// (listener shed_backoff). When nothing above c is being served, that
+  /// would only leave the worker idle behind the load's smoothing.
+  bool screened_above(core::Criticality c, core::TimePoint now) const noexcept {
+    for (std::size_t i = core::index(c) + 1; i < core::kCriticalityCount; ++i)
+      if (now - screened_at_[i] < std::chrono::seconds(1)) return true;
+    return false;
+  }
+
   // Executor-load probe: posted by the sampler, timed here.
   std::atomic<std::int64_t> probe_posted_ns{0};
   std::atomic<std::int64_t> probe_delay_ns{0};
   std::atomic<bool> probe_pending{false};
 
  private:
+  std::array<core::TimePoint, core::kCriticalityCount> screened_at_{};
   void sweep();
   void arm_sweep();
   void start_acceptor(std::size_t slot, std::shared_ptr<Acceptor> a);

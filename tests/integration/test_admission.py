@@ -248,8 +248,9 @@ class SelfProtection(unittest.TestCase):
             self.assertEqual(lv.request("GET", "/", headers={"x-criticality": "CRITICAL_PLUS"})[0], 200)
         self.assertGreater(lv.metric("levee_rejected_total", reason="executor_overload", criticality="SHEDDABLE"), 0)
 
-    def test_a_connection_refused_again_and_again_is_read_less_often(self):
-        # With the shipped default shed_backoff (100 ms).
+    def shedding_sheddable(self):
+        """levee with the shipped shed_backoff (100 ms) whose self-protection
+        sheds every SHEDDABLE request, and a keep-alive connection to it."""
         be = Backend(self)
         lv = Levee(self, [cluster("app", [be.address])],
                    extra={"self_protection": {
@@ -269,7 +270,13 @@ class SelfProtection(unittest.TestCase):
                 r.read()
                 statuses.append(r.status)
             return time.monotonic() - t0, statuses
+        return lv, timed
 
+    def test_a_connection_refused_again_and_again_is_read_less_often(self):
+        lv, timed = self.shedding_sheddable()
+        # Something more critical is being served (within the last second):
+        # shedding SHEDDABLE is for its sake.
+        self.assertEqual(lv.request("GET", "/", headers={"x-criticality": "CRITICAL_PLUS"})[0], 200)
         shed, statuses = timed("SHEDDABLE", 10)
         self.assertEqual(statuses, [503] * 10)
         # From the second refusal in a row the next request is read 1, 2, 4,
@@ -282,6 +289,17 @@ class SelfProtection(unittest.TestCase):
         served, statuses = timed("CRITICAL_PLUS", 10)
         self.assertEqual(statuses, [200] * 10)
         self.assertLess(served, 0.5)
+
+    def test_a_connection_is_not_slowed_when_nothing_more_critical_is_served(self):
+        # Every request shed and nothing above SHEDDABLE let through: reading
+        # the connection less often would leave the worker idle (a saturated
+        # worker shedding its only class fell from 46k to 13k req/s so,
+        # while the smoothed load lagged behind). With the backoff, 30
+        # refusals in a row would take at least 1+2+...+64+21x100 ms = 2.2 s.
+        lv, timed = self.shedding_sheddable()
+        shed, statuses = timed("SHEDDABLE", 30)
+        self.assertEqual(statuses, [503] * 30)
+        self.assertLess(shed, 1.0)
 
     def test_refusals_for_the_backend_do_not_slow_a_connection(self):
         # The backoff is for the worker's own load. A refusal for the
