@@ -227,7 +227,12 @@ awaitable<void> Exchange::read_response_head(Attempt& a) {
         a.error = UpstreamError::Protocol;
         break;
       }
-      auto [ec, n] = co_await up_->stream.read_some(buf);
+      // The first read waits for the backend to work on the request just
+      // written (Stream::read_later); later ones take a head in pieces.
+      Stream::ReadResult r;
+      if (got_bytes) r = co_await up_->stream.read_some(buf);
+      else r = co_await up_->stream.read_later(buf);
+      auto [ec, n] = r;
       if (ec) {
         a.failed = true;
         if (b_.watchdog.expired()) {

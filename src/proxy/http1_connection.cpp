@@ -120,7 +120,9 @@ awaitable<void> Http1Connection::run() {
       for (;;) {
         if (!parked_) {
           if (!in_) in_ = w_.take_read_buffer();
-          auto [ec, n] = co_await stream_.read_some(in_->prepare());
+          // The client is reading the answer just sent: its next request
+          // is not here yet (Stream::read_later).
+          auto [ec, n] = co_await stream_.read_later(in_->prepare());
           if (!ec) {
             in_->commit(n);
             rx_ += n;

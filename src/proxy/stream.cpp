@@ -4,6 +4,7 @@
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 
 #include <cerrno>
@@ -107,6 +108,20 @@ awaitable<Stream::ReadResult> Stream::tls_read_some(asio::mutable_buffer b) {
     const std::size_t n = tls_read_now(b, ec);
     if (ec != asio::error::would_block) co_return ReadResult{ec, n};
     auto [wec] = co_await sock_.async_wait(want(), nothrow);
+    if (wec) co_return ReadResult{wec, 0};
+  }
+}
+
+awaitable<Stream::ReadResult> Stream::read_later(asio::mutable_buffer b) {
+  cancelled_ = false;
+  co_await asio::post(sock_.get_executor(), asio::use_awaitable);
+  if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
+  if (ssl_) co_return co_await tls_read_some(b);
+  for (;;) {
+    error_code ec;
+    const std::size_t n = sock_.read_some(b, ec);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) co_return ReadResult{ec, n};
+    auto [wec] = co_await sock_.async_wait(tcp::socket::wait_read, nothrow);
     if (wec) co_return ReadResult{wec, 0};
   }
 }

@@ -70,6 +70,17 @@ class Stream {
     if (!ssl_) [[likely]] return sock_.async_read_some(b, nothrow);
     return tls_read_some(b);
   }
+  /// Reads some bytes that are not expected yet: the peer is still busy
+  /// with what was just written to it (the backend with a request, the
+  /// client with a response). read_some would try the socket at once, get
+  /// EAGAIN and try again when epoll says so: two receives. This first
+  /// lets the worker run what is ready, one pass of its event loop (epoll
+  /// included, no syscall of its own); under load the bytes have arrived
+  /// by then and one receive takes them. Otherwise it waits for
+  /// readability, asked for in the same handler as the receive that found
+  /// nothing, so no readiness can be missed between the two. A cancel()
+  /// during the pass ends it with operation_aborted, as it would a read.
+  awaitable<ReadResult> read_later(asio::mutable_buffer b);
   /// Reads what is there without waiting: would_block when nothing is.
   std::size_t read_now(asio::mutable_buffer b, error_code& ec) {
     if (!ssl_) [[likely]] return sock_.read_some(b, ec);
@@ -118,6 +129,7 @@ class Stream {
   void release_buffers() noexcept;
 
   void cancel() noexcept {
+    cancelled_ = true;  // seen by read_later between its pass and its read
     error_code ec;
     sock_.cancel(ec);
   }
@@ -151,6 +163,7 @@ class Stream {
   ssl_st* ssl_ = nullptr;
   bool want_write_ = false;
   bool closed_ = false;
+  bool cancelled_ = false;
 };
 
 }  // namespace levee::proxy
