@@ -168,10 +168,10 @@ struct ListenerConfig {
   /// (the worker's own load: executor_overload, host_cpu) while it let more
   /// critical requests through (within the last second) waits before its
   /// next request is read: 1 ms, doubling with each further refusal, up to
-  /// this; one request that is not refused so clears it. With nothing more
-  /// critical being served, reading less would only idle the worker. A client flooding
+  /// this; one request that is not refused so clears it. A client flooding
   /// requests that are shed then cannot take the worker from the ones being
-  /// served. Refusals for the backend's sake (queue, throttle, quota) never
+  /// served; with nothing more critical being served, reading less would
+  /// only idle the worker. Refusals for the backend's sake (queue, throttle, quota) never
   /// slow a connection: the worker has time to read them, and a client that
   /// multiplexes criticalities over its connections (a gateway, a sidecar)
   /// would see its critical requests wait behind the backoff its shed ones
