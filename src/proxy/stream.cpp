@@ -123,6 +123,9 @@ awaitable<Stream::ReadResult> Stream::read_later(asio::mutable_buffer b) {
     if (ec != asio::error::would_block && ec != asio::error::try_again) co_return ReadResult{ec, n};
     auto [wec] = co_await sock_.async_wait(tcp::socket::wait_read, nothrow);
     if (wec) co_return ReadResult{wec, 0};
+    // Readable, yet cancelled before this resumed: the cancel found no
+    // wait to abort, and the next one must not outlive it.
+    if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
   }
 }
 
