@@ -21,7 +21,10 @@ namespace {
 void read_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteConfig& r) {
   Map m(ctx, n, path);
   if (!m.valid()) {
-    if (!n.IsMap()) return;
+    // An empty item (`- ` alone, or one whose keys are commented out) is a
+    // route with no cluster, not a route to skip.
+    if (n.IsNull()) ctx.error(n, path, "must be a route (at least `cluster`)");
+    return;
   }
   read(ctx, m.take("name"), m.sub("name"), r.name);
   if (auto mt = m.take("match"); mt.IsDefined()) {

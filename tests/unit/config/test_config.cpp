@@ -89,6 +89,22 @@ clusters:
         "t.yaml:4:18: listeners[0].routes[0].cluster: no cluster named 'nope'\n");
 }
 
+TEST_CASE("an empty route item is an error and not a route to nowhere", "[config]") {
+  // Found by fuzz_config: `- #cluster: app` is a null item, and was accepted
+  // as a route with no cluster.
+  auto out = errors_of(R"(listeners:
+  - port: 8080
+    routes:
+      - #cluster: app
+clusters:
+  - name: app
+    endpoints: ["127.0.0.1:9000"]
+)");
+  // yaml-cpp places an empty item at the token after it (line 5); the path
+  // names the item.
+  CHECK(out == "t.yaml:5:1: listeners[0].routes[0]: must be a route (at least `cluster`)\n");
+}
+
 TEST_CASE("wrong types, bad enums and bad durations are named", "[config]") {
   auto out = errors_of(R"(workers: lots
 drain_timeout: soon
