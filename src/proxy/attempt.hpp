@@ -21,6 +21,7 @@ struct Exchange::Attempt {
   bool reused = false;       ///< on a pooled connection
   bool sent = false;         ///< some byte of the request was accepted by the socket
   bool body_streamed = false;  ///< body bytes left levee beyond what the sink holds
+  bool whole = false;        ///< the whole request went out: the backend can act on it
   TimePoint sent_at{};
   TimePoint head_at{};
   // The outcome: a response head, an upstream failure, or the client's end.

@@ -6,6 +6,7 @@
 #include "core/admission.hpp"
 #include "core/headers.hpp"
 #include "core/orca.hpp"
+#include "proxy/abandoned.hpp"
 #include "http/h2_reply.hpp"
 #include "http/rewrite.hpp"
 #include "proxy/attempt.hpp"
@@ -323,6 +324,7 @@ awaitable<bool> Exchange::forward() {
       co_return co_await client_gone();
     }
     if (client_gone_) {
+      abandon_attempt(a);
       drop_upstream();
       co_return co_await client_gone();
     }
@@ -334,8 +336,11 @@ awaitable<bool> Exchange::forward() {
     ctx.body_gone = body_gone;
     ctx.max_attempts = cc.retry.max_attempts;
     ctx.deadline = cls_.deadline;
+    // A timed-out attempt keeps its connection until it is known whether it
+    // is retried (then closed) or the last (then abandoned, below).
+    const bool timed_out = a.failed && a.failure == core::AttemptFailure::Timeout;
     if (a.failed) {
-      drop_upstream();
+      if (!timed_out) drop_upstream();
       ctx.failure = a.failure;
       if (a.failure != core::AttemptFailure::Stale) {
         ++attempts;
@@ -356,6 +361,12 @@ awaitable<bool> Exchange::forward() {
       // A 503 that says nothing against a retry.
       if (!plan.retry) co_return co_await relay(a);
       report(a, core::Answer::Overloaded, true, a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
+      drop_upstream();
+    }
+    if (timed_out) {
+      // Waited for in vain (the deadline or the response timeout passed):
+      // the backend may still be at it.
+      if (!plan.retry) abandon_attempt(a);
       drop_upstream();
     }
     if (!plan.retry) {
@@ -436,6 +447,11 @@ void Exchange::settle_attempt(Attempt& a, TimePoint at, bool upstream_ok) {
   report(a, a.overloaded ? core::Answer::Overloaded : core::Answer::Accepted, b_.resp.status >= 500 || !upstream_ok,
          a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
   if (permit_) permit_.finish(at, core::QueueGate::Sample{a.head_at - a.sent_at, in_flight_at_start_, a.overloaded});
+}
+
+void Exchange::abandon_attempt(const Attempt& a) {
+  if (!up_ || !permit_ || !a.whole || a.head_at != TimePoint{}) return;
+  AbandonedAttempt::start(w_, rt_, std::move(up_), std::move(permit_), a.sent_at + cluster_->cfg.response_timeout);
 }
 
 void Exchange::finish_start(ResponseStart& start, const Attempt& a) {

@@ -94,6 +94,9 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   void note_response_head(Attempt& a);
   /// The backend is done: report, permit back.
   void settle_attempt(Attempt& a, core::TimePoint at, bool upstream_ok);
+  /// levee stops waiting for an answer the backend may still be working
+  /// on: the permit comes back when it is done (proxy/abandoned.hpp).
+  void abandon_attempt(const Attempt& a);
   /// What both relays add to the response head: don't-retry, the trust
   /// boundary's stripping, the record's status.
   void finish_start(ResponseStart& start, const Attempt& a);

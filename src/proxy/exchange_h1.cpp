@@ -94,6 +94,7 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   }
   ++up_->uses;
   if (!co_await send_request(a)) co_return;
+  a.whole = true;
   if (!a.head_read) co_await read_response_head(a);
 }
 
@@ -194,9 +195,10 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
 awaitable<void> Exchange::read_response_head(Attempt& a) {
   const auto& cc = cluster_->cfg;
   arm(std::min(cls_.deadline, a.sent_at + cc.response_timeout), Watchdog::Phase::Upstream);
-  // Watch the client while the backend works: one that leaves frees the
-  // backend's connection and the permit at once. Watching costs a reactor
-  // re-arm, so the worker's sweep starts it only for waits past 10 ms.
+  // Watch the client while the backend works: one that leaves ends the
+  // exchange at once (its permit waits for the backend: abandoned.hpp).
+  // Watching costs a reactor re-arm, so the worker's sweep starts it only
+  // for waits past 10 ms.
   w_.upstream_waits.push(*this, a.sent_at);
   bool got_bytes = false;
   for (;;) {

@@ -56,6 +56,7 @@ awaitable<void> Exchange::try_endpoint_h2(Attempt& a) {
   a.sent_at = now();
   arm(std::min(cls_.deadline, a.sent_at + cc.response_timeout), Watchdog::Phase::Upstream);
   if (d_.has_body() && !co_await send_body_h2(a)) co_return;
+  a.whole = !d_.has_body() || d_.body_done();
 
   // The response head. The client is watched meanwhile, as over HTTP/1.1.
   w_.upstream_waits.push(*this, a.sent_at);

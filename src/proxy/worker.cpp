@@ -144,6 +144,19 @@ void Worker::open_listeners() {
   }
 }
 
+void Worker::pin(const Runtime* r) noexcept {
+  if (r == rt.get()) {
+    ++pins_;
+    return;
+  }
+  for (auto& k : kept_) {
+    if (k.rt.get() == r) {
+      ++k.pins;
+      return;
+    }
+  }
+}
+
 void Worker::unpin(const Runtime* r) noexcept {
   if (r == rt.get()) {
     --pins_;

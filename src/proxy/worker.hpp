@@ -100,6 +100,9 @@ class Worker {
   class Pin {
    public:
     explicit Pin(Worker& w) noexcept : w_(w), rt_(w.rt.get()) { ++w_.pins_; }
+    /// Pins `r`, which must be pinned already (by the request handing
+    /// something of it on): the worker's Runtime or one it keeps.
+    Pin(Worker& w, const Runtime* r) noexcept : w_(w), rt_(r) { w_.pin(r); }
     ~Pin() { w_.unpin(rt_); }
     Pin(const Pin&) = delete;
     Pin& operator=(const Pin&) = delete;
@@ -190,6 +193,7 @@ class Worker {
     std::uint32_t pins;
   };
   std::vector<Kept> kept_;
+  void pin(const Runtime* r) noexcept;
   void unpin(const Runtime* r) noexcept;
   std::vector<std::unique_ptr<ExchangeBuffers>> buffers_;
   std::vector<std::unique_ptr<IoBuffer>> read_buffers_;

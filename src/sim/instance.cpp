@@ -33,7 +33,10 @@ struct Instance::Cluster {
 };
 
 struct Instance::Ex {
-  enum class St : std::uint8_t { Cpu, Queued, Attempt, Backoff };
+  // Abandoned: answered (or its client gone) while the backend still works
+  // on its last attempt; it holds the permit until the backend answers or
+  // the response timeout passes (proxy/abandoned.hpp).
+  enum class St : std::uint8_t { Cpu, Queued, Attempt, Backoff, Abandoned };
   Peer* from = nullptr;
   std::uint64_t cookie = 0;
   Call call;
@@ -51,6 +54,7 @@ struct Instance::Ex {
   TimePoint sent_at{};
   std::uint64_t up_ticket = 0;
   bool up_accepted = false;
+  bool held = false;        // a timed-out attempt the backend may still work on
   std::uint32_t timer = 0;  // the one timer armed for it
   std::uint32_t token = 0;  // the attempt in flight
 };
@@ -348,6 +352,12 @@ void Instance::on_reply(std::uint64_t cookie, const Reply& r) {
   const std::uint32_t i = slot_of(cookie);
   if (!ex_->used(i)) return;
   Ex& x = (*ex_)[i];
+  if (x.st == Ex::St::Abandoned && x.token == gen_of(cookie)) {
+    // The backend is done with an attempt nobody waits for: its permit back.
+    release_permit(i, nullptr);
+    finish(i);
+    return;
+  }
   if (x.st != Ex::St::Attempt || x.token != gen_of(cookie)) return;
   Cluster& c = *clusters_[x.cluster];
   --c.outstanding[x.ep];
@@ -471,13 +481,31 @@ void Instance::reject(std::uint32_t i, const core::Decision& d) {
 }
 
 void Instance::fail(std::uint32_t i, Reason reason) {
-  release_permit(i, nullptr);
+  Ex& x = (*ex_)[i];
+  const bool held = std::exchange(x.held, false);
+  if (!held) release_permit(i, nullptr);
   Reply r;
   r.status = core::info(reason).status;
   r.reason = reason;
   ++n_.answers[static_cast<std::size_t>(reason)];
   answer(i, r);
+  if (held) return hold(i);
   finish(i);
+}
+
+void Instance::hold(std::uint32_t i) {
+  // The backend has the whole request and is presumably still at it; the
+  // permit comes back when it answers, or at the response timeout.
+  Ex& x = (*ex_)[i];
+  const TimePoint until = x.sent_at + clusters_[x.cluster]->cfg->response_timeout;
+  if (until <= e_.now()) {
+    clusters_[x.cluster]->nodes[x.ep]->abandon(x.up_ticket);
+    release_permit(i, nullptr);
+    finish(i);
+    return;
+  }
+  x.st = Ex::St::Abandoned;
+  arm(i, until - e_.now(), kWatchdog);
 }
 
 void Instance::answer(std::uint32_t i, const Reply& r) {
@@ -501,11 +529,13 @@ void Instance::abandon(std::uint64_t ticket) {
     case Ex::St::Attempt: {
       Cluster& c = *clusters_[x.cluster];
       --c.outstanding[x.ep];
+      if (x.up_accepted && x.permit) return hold(i);
       if (x.up_accepted) c.nodes[x.ep]->abandon(x.up_ticket);
       release_permit(i, nullptr);
       break;
     }
     case Ex::St::Backoff: release_permit(i, nullptr); break;
+    case Ex::St::Abandoned: return;  // answered already; the permit waits for the backend
   }
   finish(i);
 }
@@ -575,15 +605,31 @@ void Instance::fire(std::uint32_t kind, std::uint32_t slot, std::uint32_t gen) {
       }
       return;
     case kWatchdog: {
+      if (x.st == Ex::St::Abandoned) {
+        // The response timeout: levee waits no longer for any backend.
+        clusters_[x.cluster]->nodes[x.ep]->abandon(x.up_ticket);
+        release_permit(slot, nullptr);
+        finish(slot);
+        return;
+      }
       if (x.st != Ex::St::Attempt) return;
       Cluster& c = *clusters_[x.cluster];
       --c.outstanding[x.ep];
-      if (x.up_accepted) c.nodes[x.ep]->abandon(x.up_ticket);
+      const std::size_t ep = x.ep;
+      const std::uint64_t job = x.up_ticket;
+      const bool accepted = x.up_accepted;
       x.up_accepted = false;
       x.st = Ex::St::Backoff;  // no reply for this attempt is wanted any more
       ++x.attempts;
       report(slot, core::Answer::Unanswered, true, std::nullopt, nullptr);
+      // Given up on without a retry, it keeps the permit (fail, hold);
+      // retried, the backend's work on it is wasted.
+      x.held = accepted && x.permit;
       after_attempt(slot, true, core::AttemptFailure::Timeout, nullptr);
+      if (!ex_->used(slot) || (*ex_)[slot].st != Ex::St::Abandoned) {
+        if (accepted) c.nodes[ep]->abandon(job);
+        if (ex_->used(slot)) (*ex_)[slot].held = false;
+      }
       return;
     }
     case kBackoff:

@@ -101,6 +101,8 @@ class Instance final : public Handler, public Node, public Peer {
   void report(std::uint32_t i, core::Answer a, bool failure, std::optional<Duration> latency, const Reply* load);
   void reject(std::uint32_t i, const core::Decision& d);
   void fail(std::uint32_t i, core::Reason r);
+  /// Answered, its last attempt still at the backend: keeps the permit (St::Abandoned).
+  void hold(std::uint32_t i);
   void answer(std::uint32_t i, const Reply& r);
   void finish(std::uint32_t i);
   void release_permit(std::uint32_t i, const core::QueueGate::Sample* s);

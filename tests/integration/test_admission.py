@@ -118,6 +118,46 @@ class Rejections(unittest.TestCase):
         self.assertFalse(be.seen("expired"))
         self.assertEqual(be.stats()["expired_on_arrival"], 0)
 
+    def test_a_request_given_up_upstream_keeps_its_permit_until_the_backend_is_done(self):
+        # One backend worker, a limit of 1. A request reaches the backend,
+        # which works on it for 600 ms; levee gives up on it first (its
+        # deadline passes, or its client leaves). The backend knows nothing
+        # of that, so the next request must wait for the permit in levee's
+        # queue, not behind the abandoned one in the backend's.
+        be = Backend(self, workers=1, service="fixed:10ms")
+        lv = Levee(self, [cluster("app", [be.address], **static(1, target="5s"))],
+                   routes=[{"cluster": "app", "timeout": "10s"}])
+        for how in ("deadline", "client"):
+            be.admin("reset")
+            if how == "deadline":
+                status, headers, _ = lv.request("GET", "/", headers={"x-test-id": how, "x-test-service-ms": "600",
+                                                                      "x-request-timeout-ms": "100"})
+                self.assertEqual((status, headers.get("x-levee-error")), (504, "upstream_timeout"), headers)
+            else:
+                s = socket.create_connection(("127.0.0.1", lv.port))
+                s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nx-test-id: client\r\nx-test-service-ms: 600\r\n\r\n")
+                wait_until(lambda: be.stats()["busy"] == 1, what="the backend at work")
+                s.close()
+            # The permit is still out while the backend works.
+            self.assertEqual(lv.metric("levee_cluster_in_flight", cluster="app"), 1)
+            status, _, _ = lv.request("GET", "/", headers={"x-test-id": how + "-next"})
+            self.assertEqual(status, 200)
+            self.assertTrue(be.seen(how + "-next"))
+            self.assertEqual(be.stats()["max_queued"], 0, how)
+            wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") == 0, what="the permit back")
+
+    def test_a_hung_backend_gets_the_abandoned_permit_back_at_the_response_timeout(self):
+        be = Backend(self, workers=1, service="fixed:10ms")
+        lv = Levee(self, [cluster("app", [be.address], response_timeout="500ms", **static(1, target="5s"))],
+                   routes=[{"cluster": "app", "timeout": "10s"}])
+        status, _, _ = lv.request("GET", "/", headers={"x-test-service-ms": "8000", "x-request-timeout-ms": "100"})
+        self.assertEqual(status, 504)
+        self.assertEqual(lv.metric("levee_cluster_in_flight", cluster="app"), 1)
+        # Back at 500 ms from the send, long before the backend's 8 s.
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="app") == 0, timeout=5,
+                   what="the permit back at the response timeout")
+        self.assertEqual(be.stats()["busy"], 1)
+
     def test_deadline_is_forwarded_as_the_remaining_budget(self):
         be = Backend(self)
         lv = Levee(self, [cluster("app", [be.address])])
