@@ -128,6 +128,7 @@ void read_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Cluste
     Map om(ctx, on, m.sub("overload"));
     read_double(ctx, om.take("utilization"), om.sub("utilization"), c.overload.utilization, 0.0, 100.0);
     read_duration(ctx, om.take("queue_time"), om.sub("queue_time"), c.overload.queue_time, Duration::zero(), hours(1));
+    read_duration(ctx, om.take("hold"), om.sub("hold"), c.overload.hold, Duration::zero(), hours(1));
   }
   if (auto tn = m.take("throttle"); tn.IsDefined()) {
     Map tm(ctx, tn, m.sub("throttle"));

@@ -236,6 +236,7 @@ struct RetryConfig {
 struct OverloadSignals {
   double utilization = 0.9;   ///< smoothed backend utilization; 0 disables
   Duration queue_time = 20ms; ///< smoothed queuing time; 0 disables
+  Duration hold = 1s;         ///< still overloaded this long after the last signal
 };
 
 struct ThrottleSettings {

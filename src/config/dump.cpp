@@ -408,7 +408,12 @@ void cluster(Json& j, const ClusterConfig& c) {
       .kv("interval", q.codel_interval)
       .close()
       .close();
-  j.key("overload").open().kv("utilization", c.overload.utilization).kv("queue_time", c.overload.queue_time).close();
+  j.key("overload")
+      .open()
+      .kv("utilization", c.overload.utilization)
+      .kv("queue_time", c.overload.queue_time)
+      .kv("hold", c.overload.hold)
+      .close();
   const auto& t = c.throttle;
   j.key("throttle")
       .open()

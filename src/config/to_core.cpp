@@ -57,6 +57,7 @@ core::AdmissionConfig admission_config(const Config& c, const ClusterConfig& cl,
   a.limit = cl.admission.limit;
   a.overload.utilization = cl.overload.utilization;
   a.overload.queue_time = cl.overload.queue_time;
+  a.overload.hold = cl.overload.hold;
   return a;
 }
 

@@ -47,7 +47,7 @@ bool same_shape(const AdmissionConfig& a, const AdmissionConfig& b) noexcept {
   return x == b;
 }
 
-bool Admission::overloaded() const noexcept {
+bool Admission::signalled() const noexcept {
   if (gate_.overloaded()) return true;
   const auto& o = cfg_.overload;
   if (o.queue_time > Duration::zero() && gate_.queue_time() > o.queue_time) return true;

@@ -71,6 +71,14 @@ struct SelfProtectionPolicy {
 struct OverloadPolicy {
   double utilization = 0.9;                                  ///< smoothed backend utilization; 0: not a signal
   Duration queue_time = std::chrono::milliseconds(20);       ///< smoothed queuing time; 0: not a signal
+  /// Still overloaded this long after the last signal: CoDel's verdict is
+  /// per 100 ms interval and the smoothed queue time dips under its
+  /// threshold between bursts, and quotas that switch off in each dip let
+  /// an over-quota tenant compete level with the others for the permits
+  /// (and a light tenant be refused for it). Demotion is work-conserving,
+  /// so holding the state costs the over-quota tenant nothing when the
+  /// capacity is really spare.
+  Duration hold = std::chrono::seconds(1);
   bool operator==(const OverloadPolicy&) const = default;
 };
 
@@ -184,8 +192,9 @@ class Admission {
     return cfg_.retries && budget_.try_retry(now, attempt);
   }
 
-  /// Whether the cluster counts as overloaded now.
-  bool overloaded() const noexcept;
+  /// Whether the cluster counts as overloaded at `now`: a signal says so,
+  /// or one did within the last OverloadPolicy::hold.
+  bool overloaded(TimePoint now) const noexcept { return signalled() || now < overloaded_until_; }
 
   /// Switches gate modes in place (a reload that flips a dry run, an
   /// operator's runtime toggle). Everything learned is kept. A queue gate
@@ -215,6 +224,8 @@ class Admission {
 
  private:
   bool quota_active() const noexcept { return cfg_.quota_mode != GateMode::Off && !cfg_.quotas.empty(); }
+  /// A signal of overload, now (standing queue, queue time, utilization).
+  bool signalled() const noexcept;
 
   AdmissionConfig cfg_;
   QueueGate gate_;
@@ -224,6 +235,7 @@ class Admission {
   AttemptHistogram attempts_;
   Ewma utilization_{std::chrono::seconds(1)};
   bool have_utilization_ = false;
+  TimePoint overloaded_until_{};  ///< the last signal's time plus the hold
 };
 
 // ---------------------------------------------------------------------------
@@ -260,7 +272,8 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
   bool demoted = false;
   Decision quota_refusal;
   if (quota_active()) {
-    const bool enforce = cfg_.quota_when == QuotaWhen::Always || overloaded();
+    if (signalled()) overloaded_until_ = a.now + cfg_.overload.hold;
+    const bool enforce = cfg_.quota_when == QuotaWhen::Always || a.now < overloaded_until_;
     if (Decision d = quota_.admit(a.tenant, a.criticality, a.now, enforce); !d.admitted()) {
       if (cfg_.quota_mode == GateMode::DryRun) {
         if (v.dry_run == Reason::None) v.dry_run = d.reason;

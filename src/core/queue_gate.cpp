@@ -104,7 +104,17 @@ void QueueGate::pop_start(TimePoint now) noexcept {
   const TimePoint oldest = starts_[starts_head_];
   starts_head_ = (starts_head_ + 1) % starts_.size();
   --starts_size_;
-  hold_.update_weighted(to_seconds(std::max(Duration::zero(), now - oldest)), 0.05);
+  const double h = to_seconds(std::max(Duration::zero(), now - oldest));
+  hold_.update_weighted(h, 0.05);
+  peak_hold_ = std::max(h, peak_hold(now));
+  peak_at_ = now;
+}
+
+double QueueGate::peak_hold(TimePoint now) const noexcept {
+  // Halves every half drain window: a hold that long is forgotten within
+  // a few windows once no permit is held so long any more.
+  const double half_life = to_seconds(cfg_.drain_window) / 2;
+  return peak_hold_ * std::exp2(-to_seconds(now - peak_at_) / half_life);
 }
 
 Duration QueueGate::time_until_release(TimePoint now, std::uint32_t r) const noexcept {
@@ -215,9 +225,10 @@ double QueueGate::drain_rate(TimePoint now) noexcept {
   if (n >= 10) rate = n / to_seconds(departures_.span(now, std::chrono::milliseconds(1)));
   if (latency_.initialized() && latency_.value() > 0)
     rate = std::max(rate, static_cast<double>(std::max<std::uint32_t>(1, limit())) / latency_.value());
-  // No permit back for `quiet` while some are held: at most in_flight/quiet.
+  // No permit back for `quiet` (beyond the longest recent hold, once one
+  // is known) while some are held: at most in_flight / quiet.
   if (in_flight_ > 0) {
-    const double quiet = to_seconds(now - last_departure_);
+    const double quiet = to_seconds(now - last_departure_) - (hold_.initialized() ? peak_hold(now) : 0.0);
     if (quiet > 0) {
       const double bound = static_cast<double>(in_flight_) / quiet;
       rate = rate > 0 ? std::min(rate, bound) : bound;

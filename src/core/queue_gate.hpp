@@ -35,9 +35,13 @@
 //    the arrival decision is the one meant to hold, and estimation noise
 //    must not turn it into a late rejection after a wasted wait.
 //  * A silence is information: while permits are held and none has come
-//    back for time T, the drain rate is at most in_flight / T. So a cold
-//    start or a backend that hangs shows up in the estimate at once, and
-//    requests are refused at arrival rather than queued to time out.
+//    back for time T beyond the longest recent hold time, the drain rate
+//    is at most in_flight / T. So a cold start or a backend that hangs
+//    shows up in the estimate at once, and requests are refused at arrival
+//    rather than queued to time out. (Only the silence beyond the longest
+//    hold: permits taken together come back together, so the natural gap
+//    between their bursts is one hold time, and with requests of mixed
+//    cost, as long as the costliest one's.)
 //  * More critical traffic jumps ahead, so class c drains only at what the
 //    classes above it leave: rate_c = drain - sum over k > c of the rate
 //    at which k is granted permits. With that, lower classes are refused
@@ -234,6 +238,7 @@ class QueueGate {
   bool fits(TimePoint now, std::size_t lane, double drain, double sigmas) noexcept;
   void push_start(TimePoint t);
   void pop_start(TimePoint now) noexcept;
+  double peak_hold(TimePoint now) const noexcept;
 
   QueueConfig cfg_;
   ConcurrencyLimit limit_;
@@ -252,6 +257,10 @@ class QueueGate {
   Ewma queue_time_;
   Ewma latency_;
   Ewma hold_;  ///< seconds a permit is held, per release
+  /// The longest recent hold (seconds), decaying by half a drain window:
+  /// how long a silence may last with nothing wrong.
+  double peak_hold_ = 0;
+  TimePoint peak_at_{};
   /// Start times of the permits in flight, oldest first (a ring): the
   /// oldest is taken to come back first.
   std::vector<TimePoint> starts_;

@@ -227,7 +227,7 @@ Cluster::Snapshot Cluster::snapshot(TimePoint t) {
   s.drain_rate = q.drain_rate(t);
   s.utilization = admission_.utilization().value_or(-1.0);
   s.codel_overloaded = q.overloaded();
-  s.overloaded = admission_.overloaded();
+  s.overloaded = admission_.overloaded(t);
   auto& quota = admission_.quota();
   for (TenantId id = 0; id < quota.tenants(); ++id) {
     s.tenant_usage.push_back(quota.usage_total(id, t));

@@ -28,6 +28,7 @@ struct PipelineSim {
     TimePoint deadline;
     TimePoint sent{};
     std::uint32_t inflight = 0;
+    Duration service{};  ///< drawn when it starts at the backend
   };
   struct Done {
     TimePoint at;
@@ -109,6 +110,9 @@ struct PipelineSim {
   std::uint64_t releases = 0;  ///< permits returned so far
   /// Called for every outcome: (job, served within deadline).
   std::function<void(const Job&, bool)> on_outcome;
+  /// The backend reports each request's cost (request_cost.cpu): its
+  /// service time, as a CPU-bound backend would.
+  bool report_cost = false;
 
  private:
   struct Sink {
@@ -133,6 +137,7 @@ struct PipelineSim {
     ++k.rejected;
     ++k.reasons[r];
     ++by_tenant[j.tenant].rejected;
+    ++by_tenant[j.tenant].reasons[r];
     if (on_outcome) on_outcome(j, false);
   }
   void submit(Job j, std::uint32_t inflight) {
@@ -141,7 +146,8 @@ struct PipelineSim {
     ++backend_started;
     if (free_workers > 0) {
       --free_workers;
-      events.push({clk.now + service_(j), j});
+      j.service = service_(j);
+      events.push({clk.now + j.service, j});
     } else {
       backlog.push_back(j);
     }
@@ -158,13 +164,15 @@ struct PipelineSim {
     }
     if (on_outcome) on_outcome(j, in_time);
     core::QueueGate::Sample s{clk.now - j.sent, j.inflight, false};
-    adm.on_attempt({clk.now, j.crit, j.tenant, core::Answer::Accepted, std::nullopt, std::nullopt});
+    adm.on_attempt({clk.now, j.crit, j.tenant, core::Answer::Accepted,
+                    report_cost ? std::optional<double>(core::to_seconds(j.service)) : std::nullopt, std::nullopt});
     adm.release(clk.now, &s, sink());
     ++releases;
     if (!backlog.empty()) {
       Job n = backlog.front();
       backlog.pop_front();
-      events.push({clk.now + service_(n), n});
+      n.service = service_(n);
+      events.push({clk.now + n.service, n});
     } else {
       ++free_workers;
     }
