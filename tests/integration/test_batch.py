@@ -76,12 +76,20 @@ class Fuse(unittest.TestCase):
         self.assertEqual(be.stats()["work_requests"], ok)
         self.assertGreater(len(shed), 500)
         self.assertTrue(all(h.get("x-levee-reject") == "fuse" and int(h["retry-after"]) >= 1 for h in shed))
-        # None hangs: each is answered within the queue timeout (2 s) plus
-        # the time to get through 2,000 connections opening at once on a
-        # busy machine (3 s: the test once measured 3.04 s in all while a
-        # sanitizer build ran beside it). A hang would run into the
-        # client's own 15 s timeout.
-        self.assertLess(max(t for _, _, t in results), 2.0 + 3.0)
+        # None hangs (a hang would run into the client's own 15 s timeout,
+        # status 0 above), and levee answers each refusal once its queue
+        # timeout (2 s) has passed, not later: timed by levee's own log,
+        # from the request read to the answer written. (The clients' own
+        # times also count the accept queue and this test's single Python
+        # thread working through 2,000 connections, which on a busy
+        # sanitizer run took longer than any bound worth asserting.) The
+        # 1 s of margin is for the worker's event loop being busy with the
+        # same 2,000 connections when the timers fire.
+        def fuse_lines():
+            return [l for l in lv.proc.output().splitlines() if " reason=fuse " in l]
+        wait_until(lambda: len(fuse_lines()) == len(shed), what="every refusal logged")
+        waits = [float(l.split(" dur_ms=")[1].split()[0]) for l in fuse_lines()]
+        self.assertLess(max(waits), 2000 + 1000, sorted(waits)[-5:])
         # The backend never saw more than 4 connections from levee (+1: this query).
         self.assertLessEqual(be.stats()["max_connections"], 5)
         self.assertLessEqual(lv.metric("levee_fuse_connections", listener="main"), 4)
