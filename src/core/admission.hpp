@@ -272,8 +272,10 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
   bool demoted = false;
   Decision quota_refusal;
   if (quota_active()) {
-    if (signalled()) overloaded_until_ = a.now + cfg_.overload.hold;
-    const bool enforce = cfg_.quota_when == QuotaWhen::Always || a.now < overloaded_until_;
+    // (a.now may be older than another worker's arrival already seen: max.)
+    const bool signal = signalled();
+    if (signal) overloaded_until_ = std::max(overloaded_until_, a.now + cfg_.overload.hold);
+    const bool enforce = cfg_.quota_when == QuotaWhen::Always || signal || a.now < overloaded_until_;
     if (Decision d = quota_.admit(a.tenant, a.criticality, a.now, enforce); !d.admitted()) {
       if (cfg_.quota_mode == GateMode::DryRun) {
         if (v.dry_run == Reason::None) v.dry_run = d.reason;

@@ -99,13 +99,14 @@ void QueueGate::push_start(TimePoint t) {
   ++starts_size_;
 }
 
-void QueueGate::pop_start(TimePoint now) noexcept {
+void QueueGate::pop_start(TimePoint now, bool answered) noexcept {
   if (starts_size_ == 0) return;
   const TimePoint oldest = starts_[starts_head_];
   starts_head_ = (starts_head_ + 1) % starts_.size();
   --starts_size_;
   const double h = to_seconds(std::max(Duration::zero(), now - oldest));
   hold_.update_weighted(h, 0.05);
+  if (!answered) return;
   peak_hold_ = std::max(h, peak_hold(now));
   peak_at_ = now;
 }
@@ -113,8 +114,10 @@ void QueueGate::pop_start(TimePoint now) noexcept {
 double QueueGate::peak_hold(TimePoint now) const noexcept {
   // Halves every half drain window: a hold that long is forgotten within
   // a few windows once no permit is held so long any more.
+  // At most a drain window: a silence longer than that is a stall whatever
+  // the backend's usual pace.
   const double half_life = to_seconds(cfg_.drain_window) / 2;
-  return peak_hold_ * std::exp2(-to_seconds(now - peak_at_) / half_life);
+  return std::min(to_seconds(cfg_.drain_window), peak_hold_ * std::exp2(-to_seconds(now - peak_at_) / half_life));
 }
 
 Duration QueueGate::time_until_release(TimePoint now, std::uint32_t r) const noexcept {

@@ -237,7 +237,10 @@ class QueueGate {
   /// of margin) fits in `drain`.
   bool fits(TimePoint now, std::size_t lane, double drain, double sigmas) noexcept;
   void push_start(TimePoint t);
-  void pop_start(TimePoint now) noexcept;
+  /// Forgets the oldest permit's start, learning its hold time; `answered`:
+  /// the permit came back with an answer (see peak_hold_).
+  void pop_start(TimePoint now, bool answered) noexcept;
+  /// The longest recent answered hold, decayed, at most a drain window.
   double peak_hold(TimePoint now) const noexcept;
 
   QueueConfig cfg_;
@@ -257,8 +260,10 @@ class QueueGate {
   Ewma queue_time_;
   Ewma latency_;
   Ewma hold_;  ///< seconds a permit is held, per release
-  /// The longest recent hold (seconds), decaying by half a drain window:
-  /// how long a silence may last with nothing wrong.
+  /// The longest recent hold of an answered permit (seconds), decaying by
+  /// half a drain window: how long a silence may last with nothing wrong.
+  /// (Not one returned without an answer: a permit back at a hung
+  /// backend's response timeout must not teach it to wait that long.)
   double peak_hold_ = 0;
   TimePoint peak_at_{};
   /// Start times of the permits in flight, oldest first (a ring): the
@@ -330,7 +335,7 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
 template <typename Sink>
 void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
   if (in_flight_ > 0) --in_flight_;
-  pop_start(now);
+  pop_start(now, sample != nullptr);
   departures_.add(now, 0, 1.0);
   last_departure_ = now;
   if (sample != nullptr) {

@@ -12,7 +12,9 @@
 // permit comes back when the backend is done with the request: when it
 // begins to answer or closes, or at the attempt's response timeout, the
 // longest levee waits for any backend. The connection is then closed, never
-// pooled. (Over HTTP/2 the backend is told, with RST_STREAM, and the
+// pooled. Until then the endpoint counts the request as outstanding (the
+// balancer sees it busy), and a fuse slot stays taken with the fuse's
+// connection. (Over HTTP/2 the backend is told, with RST_STREAM, and the
 // permit comes back at once.)
 #pragma once
 
@@ -21,6 +23,8 @@
 #include "core/time.hpp"
 #include "proxy/asio.hpp"
 #include "proxy/cluster.hpp"
+#include "proxy/endpoint.hpp"
+#include "proxy/fuse.hpp"
 #include "proxy/upstream.hpp"
 #include "proxy/worker.hpp"
 
@@ -30,19 +34,25 @@ class Runtime;
 
 class AbandonedAttempt : public std::enable_shared_from_this<AbandonedAttempt> {
  public:
-  /// Holds `permit` (of a cluster of `rt`) until the backend on `up` is
-  /// done, or until `until`.
-  static void start(Worker& w, const Runtime& rt, std::unique_ptr<UpstreamConn> up, Permit permit,
-                    core::TimePoint until);
+  /// Holds `permit` (of a cluster of `rt`) and `slot` until the backend
+  /// `ep` on `up` is done, or until `until`.
+  static void start(Worker& w, const Runtime& rt, Endpoint& ep, std::unique_ptr<UpstreamConn> up, Permit permit,
+                    FuseSlot slot, core::TimePoint until);
 
-  AbandonedAttempt(Worker& w, const Runtime& rt, std::unique_ptr<UpstreamConn> up, Permit permit);
+  AbandonedAttempt(Worker& w, const Runtime& rt, Endpoint& ep, std::unique_ptr<UpstreamConn> up, Permit permit,
+                   FuseSlot slot);
 
  private:
+  void wait();
   void end() noexcept;
 
+  // Destroyed in reverse: the connection closes before the fuse slot and
+  // the permit come back, and the Runtime is let go last.
   Worker::Pin pin_;  ///< the Runtime whose cluster the permit is of
-  std::unique_ptr<UpstreamConn> up_;
+  Outstanding outstanding_;
   Permit permit_;
+  FuseSlot slot_;
+  std::unique_ptr<UpstreamConn> up_;
   Timer timer_;
   bool ended_ = false;
 };

@@ -451,7 +451,8 @@ void Exchange::settle_attempt(Attempt& a, TimePoint at, bool upstream_ok) {
 
 void Exchange::abandon_attempt(const Attempt& a) {
   if (!up_ || !permit_ || !a.whole || a.head_at != TimePoint{}) return;
-  AbandonedAttempt::start(w_, rt_, std::move(up_), std::move(permit_), a.sent_at + cluster_->cfg.response_timeout);
+  AbandonedAttempt::start(w_, rt_, *cluster_->endpoints[a.endpoint], std::move(up_), std::move(permit_),
+                          std::move(fuse_), a.sent_at + cluster_->cfg.response_timeout);
 }
 
 void Exchange::finish_start(ResponseStart& start, const Attempt& a) {

@@ -354,6 +354,7 @@ void Instance::on_reply(std::uint64_t cookie, const Reply& r) {
   Ex& x = (*ex_)[i];
   if (x.st == Ex::St::Abandoned && x.token == gen_of(cookie)) {
     // The backend is done with an attempt nobody waits for: its permit back.
+    --clusters_[x.cluster]->outstanding[x.ep];
     release_permit(i, nullptr);
     finish(i);
     return;
@@ -408,6 +409,7 @@ void Instance::after_attempt(std::uint32_t i, bool failed, core::AttemptFailure 
       default: return fail(i, Reason::UpstreamReset);
     }
   }
+  x.held = false;  // retried: the permit goes with the next attempt (exchange.cpp)
   if (plan.counts) x.avoid = x.ep;
   if (plan.backoff) {
     const auto wait = core::retry_backoff(rc.backoff_base, rc.backoff_max, x.attempts, rng_.uniform());
@@ -504,6 +506,7 @@ void Instance::hold(std::uint32_t i) {
     finish(i);
     return;
   }
+  ++clusters_[x.cluster]->outstanding[x.ep];  // still busy, as the balancer sees it
   x.st = Ex::St::Abandoned;
   arm(i, until - e_.now(), kWatchdog);
 }
@@ -522,6 +525,7 @@ void Instance::abandon(std::uint64_t ticket) {
   const std::uint32_t i = slot_of(ticket);
   if (!ex_->live(i, gen_of(ticket))) return;
   Ex& x = (*ex_)[i];
+  if (x.st == Ex::St::Abandoned) return;  // answered already; the permit waits for the backend
   ++n_.answers[static_cast<std::size_t>(Reason::ClientGone)];
   switch (x.st) {
     case Ex::St::Cpu: break;
@@ -535,7 +539,7 @@ void Instance::abandon(std::uint64_t ticket) {
       break;
     }
     case Ex::St::Backoff: release_permit(i, nullptr); break;
-    case Ex::St::Abandoned: return;  // answered already; the permit waits for the backend
+    case Ex::St::Abandoned: break;
   }
   finish(i);
 }
@@ -607,6 +611,7 @@ void Instance::fire(std::uint32_t kind, std::uint32_t slot, std::uint32_t gen) {
     case kWatchdog: {
       if (x.st == Ex::St::Abandoned) {
         // The response timeout: levee waits no longer for any backend.
+        --clusters_[x.cluster]->outstanding[x.ep];
         clusters_[x.cluster]->nodes[x.ep]->abandon(x.up_ticket);
         release_permit(slot, nullptr);
         finish(slot);

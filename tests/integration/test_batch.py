@@ -119,6 +119,23 @@ class Fuse(unittest.TestCase):
         # Other routes are not fused.
         self.assertEqual(lv.request("GET", "/other")[0], 200)
 
+    def test_an_abandoned_request_keeps_its_fuse_slot_with_its_connection(self):
+        # One fuse connection. The first request reaches the backend and is
+        # given up on (its deadline) while the backend works on it for
+        # 600 ms; its connection stays open until the backend is done, and
+        # so does its slot: the next request waits for both, and is served,
+        # instead of finding a free slot and no connection to use (503
+        # no_endpoint).
+        be = Backend(self, workers=4, service="fixed:10ms")
+        lv = Levee(self, [cluster("app", [be.address], concurrency={"limit": 64})],
+                   listener={"mode": "batch", "fuse": {"connections_per_endpoint": 1, "queue_timeout": "5s"}})
+        status, headers, _ = lv.request("GET", "/", headers={"x-test-service-ms": "600", "x-request-timeout-ms": "100"})
+        self.assertEqual(status, 504, headers)
+        status, headers, _ = lv.request("GET", "/", headers={"x-test-id": "next"})
+        self.assertEqual(status, 200, headers)
+        self.assertTrue(be.seen("next"))
+        self.assertLessEqual(be.stats()["max_connections"], 1 + 1)  # + this query
+
     def test_batch_requests_default_to_sheddable_plus(self):
         be = Backend(self)
         lv = Levee(self, [cluster("app", [be.address])], listener={"mode": "batch"})

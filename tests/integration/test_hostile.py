@@ -235,15 +235,18 @@ class Requests(unittest.TestCase):
         wait_until(lambda: lv.metric("levee_endpoint_outstanding") == 1, timeout=3, what="sent upstream")
         t0 = time.monotonic()
         s.close()
-        # The exchange ends at once...
-        wait_until(lambda: lv.metric("levee_endpoint_outstanding") == 0, timeout=3, what="the exchange ended")
-        # ...but its permit is out until the backend is done, so the next
-        # request waits in levee for the backend's 3 s.
+        # The exchange ends (its client is gone), but its permit is out, and
+        # the endpoint busy, until the backend is done: the next request
+        # waits in levee for the backend's 3 s.
+        wait_until(lambda: "client_gone" in lv.proc.output() or " 499 " in lv.proc.output(), timeout=5,
+                   what="the exchange ended")
         self.assertEqual(lv.metric("levee_cluster_in_flight", cluster="slow"), 1)
+        self.assertEqual(lv.metric("levee_endpoint_outstanding"), 1)
         status, _, _ = lv.request("GET", "/slow?ms=1", timeout=15)
         self.assertEqual(status, 200)
         self.assertGreater(time.monotonic() - t0, 2.0)
-        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="slow") == 0, timeout=3, what="permits back")
+        wait_until(lambda: lv.metric("levee_cluster_in_flight", cluster="slow") == 0
+                   and lv.metric("levee_endpoint_outstanding") == 0, timeout=3, what="permit and endpoint back")
 
     def test_a_client_that_sends_nothing_costs_nothing_and_is_closed_at_idle_timeout(self):
         before = self.lv.metric("levee_downstream_active_connections", listener="main")

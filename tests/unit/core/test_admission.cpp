@@ -344,6 +344,26 @@ TEST_CASE("a tenant within its quota is never refused while an over-quota tenant
   }
 }
 
+TEST_CASE("quotas bite while a signal says overloaded, whatever the hold", "[admission][quota]") {
+  for (Duration hold : {Duration::zero(), Duration(1s)}) {
+    AdmissionConfig c = static_limit(1);
+    c.quotas = {1.0, 0.001};
+    c.overload.hold = hold;
+    Admission a(c);
+    SimClock clk;
+    // Tenant 1 has spent far over its quota, and the backend reports itself full.
+    a.on_attempt({clk.now, Criticality::Critical, 1, Answer::Accepted, 10.0, 1.0});
+    REQUIRE(a.overloaded(clk.now));
+    Nothing sink;
+    REQUIRE(a.admit({Criticality::Critical, 0, 1, clk.now, clk.now + 1s, 0.5, 1}, sink).granted());
+    // Over quota while overloaded: demoted to the lane below SHEDDABLE.
+    const auto v = a.admit({Criticality::Critical, 1, 1, clk.now, clk.now + 1s, 0.5, 2}, sink);
+    INFO("hold " << to_seconds(hold) << " s");
+    CHECK(v.queued());
+    CHECK(a.queue().depth_over_quota() == 1);
+  }
+}
+
 TEST_CASE("gate modes switch on a running pipeline, which keeps what it holds", "[admission][reload]") {
   Admission a(static_limit(1));
   std::vector<QueueGate::Wake> wakes;

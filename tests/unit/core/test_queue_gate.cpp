@@ -129,6 +129,48 @@ TEST_CASE("a silent backend shows in the estimate: cold start and hangs", "[queu
   CHECK(g.drain_rate(clk.now) < 40);
 }
 
+TEST_CASE("the silence rule waits out the longest answered hold, never a timeout's", "[queue]") {
+  // Mixed costs: permits taken together come back together one hold time
+  // later, and the gap between those bursts is no stall. But permits that
+  // come back unanswered (at a hung backend's response timeout) must not
+  // teach the rule that silences that long are normal.
+  QueueGate g({}, static_limit(10));
+  SimClock clk;
+  Collect s;
+  auto refill = [&] {
+    while (g.in_flight() < 10) g.arrive(clk.now, Criticality::Critical, kFar, 0, s);
+  };
+  refill();
+  for (int i = 0; i < 30; ++i) {  // ten 100 ms permits taken and returned together, answered
+    clk.advance(100ms);
+    for (int k = 0; k < 10; ++k) {
+      QueueGate::Sample smp{100ms, 10, false};
+      g.release(clk.now, &smp, s);
+    }
+    refill();
+  }
+  // 90 ms into the next burst's hold: nothing is wrong.
+  clk.advance(90ms);
+  CHECK(g.drain_rate(clk.now) > 90);
+  clk.advance(10ms);
+  for (int k = 0; k < 10; ++k) {
+    QueueGate::Sample smp{100ms, 10, false};
+    g.release(clk.now, &smp, s);
+  }
+  refill();
+  // Now the backend hangs: one permit comes back every 300 ms, unanswered
+  // (the response timeout), and is taken again at once.
+  for (int i = 0; i < 30; ++i) {
+    clk.advance(300ms);
+    g.release(clk.now, nullptr, s);
+    refill();
+  }
+  // 250 ms of silence, well past the longest answered hold (100 ms, and
+  // decaying): the estimate says so.
+  clk.advance(250ms);
+  CHECK(g.drain_rate(clk.now) < 10 / 0.15);
+}
+
 TEST_CASE("a cold start in front of a backend slower than the target keeps the critical requests that fit", "[queue]") {
   // Found by the admission integration test at 8 workers x 100 ms with the
   // default 50 ms target: the first permits come back only after 100 ms,
