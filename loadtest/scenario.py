@@ -13,6 +13,7 @@
       client: {retries: 0, backoff: 50ms, honor_retry_after: false, honor_no_retry: false}
       classes:
         - {name: cp, weight: 5, criticality: CRITICAL_PLUS, tenant: a, deadline: 1s}
+        - {name: big, weight: 1, tenant: b, deadline: 1s, service: 100ms}   # its own service time (and cost)
     events:                            # optional, seconds from the start of the load
       - {at: 10, action: hang}         # hang, unhang, fail, recover, kill, restart, health_fail, health_ok
     levee: {queue_target: 50ms, cluster: {...}, tenants: {...}}
@@ -89,7 +90,9 @@ def parse(doc, name="scenario"):
         out_classes.append({"name": c["name"], "weight": float(c.get("weight", 1)), "criticality": crit,
                             "tenant": c.get("tenant", ""),
                             "deadline": seconds(c.get("deadline", "1s"), f"load.classes[{i}].deadline"),
-                            "path": c.get("path", "/")})
+                            "path": c.get("path", "/"),
+                            # the backend's time for this class (x-test-service-ms), reported as its cost
+                            "service": seconds(c["service"], f"load.classes[{i}].service") if "service" in c else None})
     client = load.get("client", {})
     s["load"] = {"duration": seconds(load.get("duration", "10s"), "load.duration"),
                  "warmup": seconds(load.get("warmup", "2s"), "load.warmup"),
@@ -116,4 +119,6 @@ def class_arg(c):
         parts.append(f"criticality={c['criticality']}")
     if c["tenant"]:
         parts.append(f"tenant={c['tenant']}")
+    if c.get("service") is not None:
+        parts.append(f"service_ms={c['service'] * 1000:g}")
     return ",".join(parts)

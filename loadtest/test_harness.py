@@ -48,6 +48,10 @@ class Scenarios(unittest.TestCase):
         self.assertEqual(s["backend"]["workers"], 10)
         self.assertEqual(sc.class_arg(s["load"]["classes"][0]),
                          "name=a,weight=1.0,deadline=0.25s,path=/,criticality=critical")
+        # A class with a service time of its own asks the backend for it.
+        s = sc.parse({"load": {"classes": [{"name": "big", "service": "100ms"}]}})
+        self.assertEqual(sc.class_arg(s["load"]["classes"][0]),
+                         "name=big,weight=1.0,deadline=1.0s,path=/,service_ms=100")
 
     def test_errors_name_the_problem(self):
         cases = [({"load": {}, "oops": 1}, "unknown key 'oops'"),
