@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 namespace levee::core {
 
@@ -236,7 +237,9 @@ bool FleetQuota::parse_double(const std::string& s, double& out) noexcept {
   const char* b = s.data();
   const char* e = b + s.size();
   auto r = std::from_chars(b, e, out);
-  return r.ec == std::errc{} && r.ptr == e && out == out;  // whole string, not NaN
+  // The whole string, and a finite number: "inf" (or "nan") from a broken
+  // or hostile Redis would hold a tenant over its quota for good.
+  return r.ec == std::errc{} && r.ptr == e && std::isfinite(out);
 }
 
 bool FleetQuota::complete(const std::vector<RedisReply>& replies, TimePoint now) {

@@ -261,6 +261,15 @@ LinkResult FleetSync::follow_redirects(const std::vector<core::RedisCommand>& cm
   using T = core::RedisReply::Type;
   std::string host;
   std::uint16_t port = 0;
+  // Only a Redis Cluster node redirects. From any other server a redirect
+  // is not followed: it would take this instance, with its AUTH, wherever
+  // that server says.
+  if (cfg_.redis.mode != config::RedisConfig::Mode::Cluster) {
+    for (const auto& r : replies)
+      if (r.type == T::Error && (starts_with(r.str, "MOVED ") || starts_with(r.str, "ASK ")))
+        return {LinkError::Protocol, "redirect from a server not in cluster mode, not followed: " + r.str};
+    return {};
+  }
   // MOVED: the slot lives elsewhere and nothing here ran (every key of a
   // sync is in the one slot). Move there for good and send it all again.
   for (const auto& r : replies) {

@@ -208,6 +208,26 @@ class Flood(FakeServer):
             pass
 
 
+class Redirector(FakeServer):
+    """Answers every command of each read with a MOVED redirect to
+    `target` (a RESP array per command)."""
+
+    def __init__(self, tc, target):
+        self.target = target
+        super().__init__(tc, b"")
+
+    def serve(self, c):
+        try:
+            while True:
+                data = c.recv(65536)
+                if not data:
+                    return
+                n = data.count(b"\r\n*") + (1 if data.startswith(b"*") else 0)
+                c.sendall(f"-MOVED 1 127.0.0.1:{self.target}\r\n".encode() * n)
+        except OSError:
+            pass
+
+
 class StrayReply:
     """A TCP relay to a real Redis that puts one "+OK" in front of the first
     connection's first answer."""
@@ -374,6 +394,19 @@ class Failures(unittest.TestCase):
         for _ in range(20):
             self.assertEqual(lv.request("GET", "/", headers={"x-tenant-id": "light"})[0], 200)
         self.assertTrue(lv.proc.alive())
+
+    def test_a_redirect_from_a_server_that_is_not_a_cluster_node_is_not_followed(self):
+        # Only a Redis Cluster node redirects. Followed from a standalone
+        # server, a MOVED would send the instance, with its AUTH when it
+        # has a password, wherever that server says.
+        be = Backend(self)
+        elsewhere = FakeServer(self, None)
+        fake = Redirector(self, elsewhere.port)
+        lv = fleet_levee(self, be, {"address": f"127.0.0.1:{fake.port}"})
+        wait_until(lambda: lv.metric("levee_quota_sync_errors_total", kind="protocol") >= 3, what="protocol errors")
+        self.assertEqual(state(lv), "fallback")
+        self.assertGreater(fake.accepted, 0)
+        self.assertEqual(elsewhere.accepted, 0)
 
     def test_a_server_that_never_stops_sending_is_cut_off(self):
         # Every command is answered with a status line that never ends, as

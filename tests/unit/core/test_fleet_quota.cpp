@@ -292,6 +292,14 @@ TEST_CASE("unexpected answers: fallback, and nothing is counted twice", "[fleet]
     read.elements = {RedisReply::string_of("app|heavy|CRITICAL"), RedisReply::string_of("1.5banana")};
     CHECK_FALSE(a.fleet.complete(r, clk.now));
   }
+  SECTION("a usage that is not finite (a hostile or broken Redis)") {
+    // "inf" parses as a double: taken, it would hold the tenant over its
+    // quota for as long as the bucket lives.
+    auto r = redis.exec(a.fleet.prepare(wall(clk.now)));
+    auto& read = r.back();
+    read.elements = {RedisReply::string_of("app|heavy|CRITICAL"), RedisReply::string_of("inf")};
+    CHECK_FALSE(a.fleet.complete(r, clk.now));
+  }
   SECTION("an error reply (a script error, a key of the wrong type)") {
     redis.set_string(a.fleet.bucket_key(a.fleet.bucket_of(wall(clk.now))), "not a hash");
     auto r = redis.exec(a.fleet.prepare(wall(clk.now)));
