@@ -114,6 +114,13 @@ awaitable<bool> Exchange::send_body_h2(Attempt& a) {
   a.body_streamed = true;
   sink.clear();
   for (;;) {
+    // The answer may have begun while the last piece was handed over, when
+    // no hook was set to interrupt the read: the pump goes on from here.
+    if (call.closed()) co_return true;
+    if (call.head_done()) {
+      h2_body_open_ = true;
+      co_return true;
+    }
     arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Body);
     call.on_spoke([](void* d) { static_cast<Downstream*>(d)->cancel_io(); }, &d_);
     const BodyRead r = co_await d_.read_body();
@@ -151,11 +158,22 @@ awaitable<void> Exchange::pump_body_h2() {
   H2Call& call = *call_;
   auto& sink = b_.req_body;
   bool ok = true;
-  if (call.piece_pending()) ok = co_await call.finish_piece();
-  else if (h2_sink_unsent_) ok = co_await call.send_body(sink.data(), d_.body_done(), false);
+  // Whether the body's end went up: the loop ends on that, not on
+  // d_.body_done(), which turns true as soon as the client's END_STREAM
+  // arrives, perhaps while a piece that is not the last is still being
+  // handed over (the end in a frame of its own). Then the next read
+  // returns at once, empty, and the end follows it.
+  bool last = false;
+  if (call.piece_pending()) {
+    last = call.piece_last();
+    ok = co_await call.finish_piece();
+  } else if (h2_sink_unsent_) {
+    last = d_.body_done();
+    ok = co_await call.send_body(sink.data(), last, false);
+  }
   h2_sink_unsent_ = false;
   sink.clear();
-  while (ok && !h2_pump_stop_ && !call.closed() && !d_.body_done()) {
+  while (ok && !last && !h2_pump_stop_ && !call.closed()) {
     const BodyRead r = co_await d_.read_body();
     if (h2_pump_stop_ || call.closed()) break;
     if (r != BodyRead::Data) {
@@ -164,7 +182,8 @@ awaitable<void> Exchange::pump_body_h2() {
       call.abort();
       break;
     }
-    ok = co_await call.send_body(sink.data(), d_.body_done(), false);
+    last = d_.body_done();
+    ok = co_await call.send_body(sink.data(), last, false);
     sink.clear();
   }
   h2_pump_running_ = false;

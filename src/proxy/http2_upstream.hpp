@@ -71,6 +71,8 @@ class H2Call {
   awaitable<bool> finish_piece();
   /// A piece is handed over and not yet copied out.
   bool piece_pending() const noexcept { return !piece_taken_; }
+  /// The piece handed over (pending or not) ends the body.
+  bool piece_last() const noexcept { return piece_last_; }
   /// Waits for the response head, more body, the end or a failure.
   awaitable<void> wait();
   /// Ends a wait now (a deadline, the client gone).
