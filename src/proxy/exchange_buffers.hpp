@@ -63,14 +63,26 @@ struct ExchangeBuffers {
 
   std::string_view client_text() const noexcept { return {client, client_len}; }
   /// Writes "ip:port" ("[v6]:port") of the client into `client`, for logs
-  /// and X-Forwarded-For, whichever protocol carries the request.
+  /// and X-Forwarded-For, whichever protocol carries the request. Runs for
+  /// every request: an IPv4 address is formatted with to_chars (glibc's
+  /// inet_ntop goes through sprintf, a measurable share of a proxied
+  /// request's CPU); IPv6 keeps inet_ntop for its zero-run compression.
   void set_client(const core::Address& a, std::uint16_t port) noexcept {
     char ip[INET6_ADDRSTRLEN] = {};
     const bool v4 = a[10] == 0xff && a[11] == 0xff &&
                     std::all_of(a.begin(), a.begin() + 10, [](std::uint8_t x) { return x == 0; });
-    if (v4) ::inet_ntop(AF_INET, a.data() + 12, ip, sizeof ip);
-    else ::inet_ntop(AF_INET6, a.data(), ip, sizeof ip);
-    const std::size_t iplen = std::strlen(ip);
+    std::size_t iplen = 0;
+    if (v4) {
+      char* p = ip;
+      for (int i = 12; i < 16; ++i) {
+        if (i > 12) *p++ = '.';
+        p = std::to_chars(p, ip + sizeof ip, a[static_cast<std::size_t>(i)]).ptr;
+      }
+      iplen = static_cast<std::size_t>(p - ip);
+    } else {
+      ::inet_ntop(AF_INET6, a.data(), ip, sizeof ip);
+      iplen = std::strlen(ip);
+    }
     std::size_t n = 0;
     if (!v4) client[n++] = '[';
     std::memcpy(client + n, ip, iplen);
