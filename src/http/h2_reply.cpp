@@ -1,5 +1,7 @@
 #include "http/h2_reply.hpp"
 
+#include <charconv>
+
 #include "core/text.hpp"
 
 namespace levee::http {
@@ -64,10 +66,8 @@ bool is_grpc(std::string_view ct) noexcept {
   return ct.size() == g.size() || ct[g.size()] == '+' || ct[g.size()] == ';';
 }
 
-std::string grpc_percent_encode(std::string_view s) {
+void grpc_percent_encode(std::string_view s, std::string& out) {
   static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
     if (u < 0x20 || u > 0x7e || c == '%') {
@@ -78,31 +78,55 @@ std::string grpc_percent_encode(std::string_view s) {
       out.push_back(c);
     }
   }
-  return out;
+}
+
+std::string_view H2Fields::find(std::string_view n) const noexcept {
+  for (std::size_t i = 0; i < items_.size(); ++i)
+    if (name(i) == n) return value(i);
+  return {};
+}
+
+std::size_t H2Fields::begin(std::string_view n) {
+  Item it{};
+  it.name_off = static_cast<std::uint32_t>(store_.size());
+  it.name_len = static_cast<std::uint32_t>(n.size());
+  for (const char c : n) store_.push_back(core::ascii_lower(c));
+  it.value_off = static_cast<std::uint32_t>(store_.size());
+  items_.push_back(it);
+  return store_.size();
+}
+
+void H2Fields::add(std::string_view n, std::string_view v) {
+  add_with(n, [v](std::string& out) { out.append(v); });
+}
+
+void H2Fields::add(std::string_view n, std::uint64_t v) {
+  add_with(n, [v](std::string& out) {
+    char digits[24];
+    const auto r = std::to_chars(digits, digits + sizeof digits, v);
+    out.append(digits, r.ptr);
+  });
 }
 
 namespace {
 
 /// The text a local reply without a body of its own carries: the reason
-/// ("overloaded: <reason>" for a shed), and the detail of an error.
-std::string reply_text(const LocalReply& r) {
-  if (!r.body.empty() || r.reason == core::Reason::None) return std::string(r.body);
+/// ("overloaded: <reason>" for a shed), and the detail of an error;
+/// appended to `out`.
+void reply_text(const LocalReply& r, std::string& out) {
+  if (!r.body.empty() || r.reason == core::Reason::None) {
+    out.append(r.body);
+    return;
+  }
   const auto& ri = core::info(r.reason);
   const bool shed = ri.kind == core::ReasonKind::Shed;
-  std::string s = shed ? "overloaded: " : "";
-  s.append(ri.name);
-  if (!shed && !r.detail.empty()) s.append(": ").append(r.detail);
-  return s;
-}
-
-void add(std::vector<H2Field>& f, std::string_view name, std::string_view value) {
-  H2Field x{std::string(name), std::string(value)};
-  for (auto& c : x.name) c = core::ascii_lower(c);
-  f.push_back(std::move(x));
+  if (shed) out.append("overloaded: ");
+  out.append(ri.name);
+  if (!shed && !r.detail.empty()) out.append(": ").append(r.detail);
 }
 
 /// The extra header lines of a reply ("Name: value\r\n" each).
-void add_extra(std::vector<H2Field>& f, std::string_view extra) {
+void add_extra(H2Fields& f, std::string_view extra) {
   while (!extra.empty()) {
     const auto eol = extra.find("\r\n");
     const auto line = extra.substr(0, eol);
@@ -113,14 +137,14 @@ void add_extra(std::vector<H2Field>& f, std::string_view extra) {
     if (core::iequals(name, "connection") || core::iequals(name, "keep-alive") ||
         core::iequals(name, "transfer-encoding") || core::iequals(name, "content-length"))
       continue;
-    add(f, name, core::trim(line.substr(colon + 1)));
+    f.add(name, core::trim(line.substr(colon + 1)));
   }
 }
 
 }  // namespace
 
 void h2_local_reply(const LocalReply& r, bool grpc, std::string_view request_id_name, std::string_view request_id,
-                    std::vector<H2Field>& f, std::string& body) {
+                    H2Fields& f, std::string& body) {
   f.clear();
   body.clear();
   const auto& ri = core::info(r.reason);
@@ -128,25 +152,27 @@ void h2_local_reply(const LocalReply& r, bool grpc, std::string_view request_id_
   if (grpc) {
     // Trailers-Only (gRPC's PROTOCOL-HTTP2.md): the status travels in the
     // one HEADERS frame that ends the stream.
-    add(f, ":status", "200");
-    add(f, "content-type", "application/grpc");
-    add(f, "grpc-status", std::to_string(static_cast<int>(grpc_status(r))));
-    add(f, "grpc-message", grpc_percent_encode(reply_text(r)));
+    f.add(":status", "200");
+    f.add("content-type", "application/grpc");
+    f.add("grpc-status", static_cast<std::uint64_t>(grpc_status(r)));
+    reply_text(r, body);  // the body's string as scratch: a gRPC reply has none
+    f.add_with("grpc-message", [&body](std::string& out) { grpc_percent_encode(body, out); });
+    body.clear();
     // Pushback: how long to wait before retrying; negative: do not retry.
-    if (r.no_retry) add(f, "grpc-retry-pushback-ms", "-1");
-    else if (r.retry_after > 0) add(f, "grpc-retry-pushback-ms", std::to_string(std::uint64_t{r.retry_after} * 1000));
+    if (r.no_retry) f.add("grpc-retry-pushback-ms", "-1");
+    else if (r.retry_after > 0) f.add("grpc-retry-pushback-ms", std::uint64_t{r.retry_after} * 1000);
   } else {
-    add(f, ":status", std::to_string(r.status));
-    add(f, "content-type", r.content_type);
-    if (r.retry_after > 0) add(f, "retry-after", std::to_string(r.retry_after));
-    body = reply_text(r);
+    f.add(":status", static_cast<std::uint64_t>(r.status));
+    f.add("content-type", r.content_type);
+    if (r.retry_after > 0) f.add("retry-after", std::uint64_t{r.retry_after});
+    reply_text(r, body);
     if (r.body.empty() && r.reason != core::Reason::None) body.push_back('\n');
-    add(f, "content-length", std::to_string(body.size()));
+    f.add("content-length", std::uint64_t{body.size()});
   }
-  if (r.reason != core::Reason::None) add(f, shed ? "x-levee-reject" : "x-levee-error", ri.name);
-  if (r.no_retry) add(f, "x-levee-no-retry", "1");
+  if (r.reason != core::Reason::None) f.add(shed ? "x-levee-reject" : "x-levee-error", ri.name);
+  if (r.no_retry) f.add("x-levee-no-retry", "1");
   add_extra(f, r.extra);
-  if (!request_id.empty()) add(f, request_id_name, request_id);
+  if (!request_id.empty()) f.add(request_id_name, request_id);
   if (r.head) body.clear();
 }
 

@@ -53,18 +53,57 @@ bool is_grpc(std::string_view content_type) noexcept;
 /// 5-byte prefix and the bytes it announces).
 bool grpc_message_whole(std::string_view body) noexcept;
 
-struct H2Field {
-  std::string name;   ///< lower case
-  std::string value;
+/// An HTTP/2 header block being built: names (lower-cased) and values are
+/// copied into one store and read back as views. Kept in the per-worker
+/// pool of exchange scratch and cleared without giving its memory back,
+/// so that a warm worker builds a block, proxied or local, with no heap
+/// allocation (the HTTP/2 library copies the block when it is submitted).
+class H2Fields {
+ public:
+  void clear() noexcept {
+    store_.clear();
+    items_.clear();
+  }
+  std::size_t size() const noexcept { return items_.size(); }
+  bool empty() const noexcept { return items_.empty(); }
+  std::string_view name(std::size_t i) const noexcept { return view(items_[i].name_off, items_[i].name_len); }
+  std::string_view value(std::size_t i) const noexcept { return view(items_[i].value_off, items_[i].value_len); }
+  /// The value of the first field called `name` ("" when none).
+  std::string_view find(std::string_view name) const noexcept;
+
+  /// Adds a field; its name is lower-cased.
+  void add(std::string_view name, std::string_view value);
+  void add(std::string_view name, std::uint64_t value);
+  /// Adds a field whose value write(std::string&) appends to the string
+  /// it is given.
+  template <typename Write>
+  void add_with(std::string_view name, Write&& write) {
+    const std::size_t n = begin(name);
+    write(store_);
+    items_.back().value_len = static_cast<std::uint32_t>(store_.size() - n);
+  }
+
+ private:
+  struct Item {
+    std::uint32_t name_off, name_len, value_off, value_len;
+  };
+  /// Appends the (lower-cased) name and opens its item; returns where its
+  /// value begins.
+  std::size_t begin(std::string_view name);
+  std::string_view view(std::uint32_t off, std::uint32_t len) const noexcept { return {store_.data() + off, len}; }
+
+  std::string store_;
+  std::vector<Item> items_;
 };
 
 /// The header block of a local reply over HTTP/2 (":status" first, no
 /// connection-specific fields) and its body. `grpc`: Trailers-Only, no body.
 /// request_id_name/request_id: returned to the client when not empty.
 void h2_local_reply(const LocalReply& r, bool grpc, std::string_view request_id_name, std::string_view request_id,
-                    std::vector<H2Field>& fields, std::string& body);
+                    H2Fields& fields, std::string& body);
 
-/// grpc-message's percent-encoding (bytes outside printable ASCII, and '%').
-std::string grpc_percent_encode(std::string_view s);
+/// grpc-message's percent-encoding (bytes outside printable ASCII, and
+/// '%'), appended to `out`.
+void grpc_percent_encode(std::string_view s, std::string& out);
 
 }  // namespace levee::http

@@ -14,6 +14,7 @@
 
 #include "core/net.hpp"
 
+#include "http/h2_reply.hpp"
 #include "http/message.hpp"
 #include "http/parser.hpp"
 #include "proxy/asio.hpp"
@@ -56,6 +57,12 @@ struct ExchangeBuffers {
   char request_id[32];
   std::string_view request_id_out;  ///< the request's id, once known (answers carry it)
   std::string extra;                ///< extra header lines of a local answer
+  // An HTTP/2 stream's answer: its header block, its trailers (submitted
+  // when the last piece is copied) and a local answer's body. Here so that
+  // their memory is reused from stream to stream.
+  http::H2Fields h2_fields;
+  http::H2Fields h2_trailers;
+  std::string local_body;
   char client[64];  ///< "ip:port" of the client, for logs
   std::size_t client_len = 0;
   std::size_t ip_len = 0;  ///< the "ip" part of client (brackets stripped for IPv6)
@@ -105,6 +112,9 @@ struct ExchangeBuffers {
     resp = http::ResponseInfo{};
     resp_body.clear();
     out.clear();
+    h2_fields.clear();
+    h2_trailers.clear();
+    local_body.clear();
     req_parser.reset();
     resp_parser.reset();
     watchdog.reset();

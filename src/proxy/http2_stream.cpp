@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <span>
 
 #include "core/text.hpp"
 #include "http/framing.hpp"
@@ -19,6 +20,24 @@
 namespace levee::proxy {
 
 using core::iequals;
+
+namespace {
+
+/// nghttp2's view of a header block, valid until the next call on this
+/// thread (nghttp2 copies a block when it is submitted).
+std::span<const nghttp2_nv> name_values(const http::H2Fields& f) {
+  thread_local std::vector<nghttp2_nv> nv;
+  nv.clear();
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const auto n = f.name(i), v = f.value(i);
+    nv.push_back(nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
+                            reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
+                            NGHTTP2_NV_FLAG_NONE});
+  }
+  return nv;
+}
+
+}  // namespace
 
 H2Stream::H2Stream(Http2Connection& c, std::int32_t id, std::unique_ptr<ExchangeBuffers> b)
     : c_(c),
@@ -139,12 +158,7 @@ long H2Stream::read_answer(std::uint8_t* buf, std::size_t length, std::uint32_t*
         // The stream ends with the trailers' HEADERS frame, not this DATA.
         trailers_pending_ = false;
         *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        thread_local std::vector<nghttp2_nv> nv;
-        nv.clear();
-        for (const auto& f : trailer_fields_)
-          nv.push_back(nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.name.data())),
-                                  reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.value.data())), f.name.size(),
-                                  f.value.size(), NGHTTP2_NV_FLAG_NONE});
+        const auto nv = name_values(b_->h2_trailers);
         nghttp2_submit_trailer(c_.s_, id_, nv.data(), nv.size());
       }
     }
@@ -175,14 +189,9 @@ awaitable<bool> H2Stream::send_piece() {
   }
 }
 
-awaitable<bool> H2Stream::submit(const std::vector<http::H2Field>& fields, bool with_body) {
+awaitable<bool> H2Stream::submit(const http::H2Fields& fields, bool with_body) {
   if (closed_ || c_.closed_) co_return false;
-  std::vector<nghttp2_nv> nv;
-  nv.reserve(fields.size());
-  for (const auto& f : fields)
-    nv.push_back(nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.name.data())),
-                            reinterpret_cast<std::uint8_t*>(const_cast<char*>(f.value.data())), f.name.size(),
-                            f.value.size(), NGHTTP2_NV_FLAG_NONE});
+  const auto nv = name_values(fields);
   response_started_ = true;
   nghttp2_data_provider prd{};
   prd.source.ptr = this;
@@ -201,13 +210,10 @@ awaitable<bool> H2Stream::submit(const std::vector<http::H2Field>& fields, bool 
 awaitable<bool> H2Stream::send_response(const ResponseStart& r, std::string_view first, bool last) {
   const auto& names = c_.w_.rt->rewrite_names;
   const auto& fields = r.head.fields();
-  fields_.clear();
-  auto add = [this](std::string_view n, std::string_view v) {
-    http::H2Field f{std::string(n), std::string(v)};
-    for (auto& ch : f.name) ch = core::ascii_lower(ch);
-    fields_.push_back(std::move(f));
-  };
-  add(":status", std::to_string(r.info.status));
+  auto& out = b_->h2_fields;
+  out.clear();
+  auto add = [&out](std::string_view n, std::string_view v) { out.add(n, v); };
+  out.add(":status", static_cast<std::uint64_t>(r.info.status));
   const bool return_id = c_.w_.rt->cfg->headers.return_request_id && !b_->request_id_out.empty();
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const auto& f = fields[i];
@@ -221,14 +227,14 @@ awaitable<bool> H2Stream::send_response(const ResponseStart& r, std::string_view
     if (return_id && iequals(f.name, names.request_id)) continue;
     add(f.name, f.value);
   }
-  if (!r.no_body && r.length) add("content-length", std::to_string(*r.length));
+  if (!r.no_body && r.length) out.add("content-length", std::uint64_t{*r.length});
   if (return_id) add(names.request_id, b_->request_id_out);
   if (r.no_retry) add(names.no_retry, "1");
   piece_ = first;
   piece_off_ = 0;
   piece_last_ = last;
   piece_written_ = false;
-  co_return co_await submit(fields_, !r.no_body);
+  co_return co_await submit(out, !r.no_body);
 }
 
 awaitable<bool> H2Stream::send_body(std::string_view piece, bool last) {
@@ -256,15 +262,14 @@ awaitable<bool> H2Stream::send_continue() {
 awaitable<bool> H2Stream::send_trailers(const http::Head& t, bool strip_inside) {
   if (closed_ || c_.closed_) co_return false;
   const auto& sig = c_.w_.rt->response_signals;
-  trailer_fields_.clear();
+  auto& out = b_->h2_trailers;
+  out.clear();
   for (const auto& f : t.fields()) {
     if (f.name.empty() || f.name[0] == ':' || http::is_hop_by_hop(f)) continue;
     if (strip_inside && (iequals(f.name, sig.load_report) || iequals(f.name, sig.load_report_bin))) continue;
-    http::H2Field h{std::string(f.name), std::string(f.value)};
-    for (auto& ch : h.name) ch = core::ascii_lower(ch);
-    trailer_fields_.push_back(std::move(h));
+    out.add(f.name, f.value);
   }
-  trailers_pending_ = !trailer_fields_.empty();
+  trailers_pending_ = !out.empty();
   piece_ = {};
   piece_off_ = 0;
   piece_last_ = true;
@@ -278,12 +283,12 @@ awaitable<bool> H2Stream::send_local(http::LocalReply& r) {
   r.head = b_->req.method == http::Verb::head;
   const auto& rt = *c_.w_.rt;
   const std::string_view id = rt.cfg->headers.return_request_id ? b_->request_id_out : std::string_view{};
-  http::h2_local_reply(r, req_.grpc(), rt.rewrite_names.request_id, id, fields_, local_body_);
-  piece_ = local_body_;
+  http::h2_local_reply(r, req_.grpc(), rt.rewrite_names.request_id, id, b_->h2_fields, b_->local_body);
+  piece_ = b_->local_body;
   piece_off_ = 0;
   piece_last_ = true;
   piece_written_ = false;
-  co_return co_await submit(fields_, !local_body_.empty());
+  co_return co_await submit(b_->h2_fields, !b_->local_body.empty());
 }
 
 // --- the client's presence ------------------------------------------------------

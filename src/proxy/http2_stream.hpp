@@ -89,7 +89,7 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   awaitable<bool> send_piece();
   /// When the n-th byte from `start` is due at the listener's minimum rate.
   core::TimePoint rate_deadline(core::TimePoint start, std::uint64_t bytes) const noexcept;
-  awaitable<bool> submit(const std::vector<http::H2Field>& fields, bool with_body);
+  awaitable<bool> submit(const http::H2Fields& fields, bool with_body);
   void format_client();
 
   Http2Connection& c_;
@@ -112,9 +112,6 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   bool piece_written_ = false;
   bool response_started_ = false;
   bool response_done_ = false;
-  std::string local_body_;
-  std::vector<http::H2Field> fields_;
-  std::vector<http::H2Field> trailer_fields_;  ///< submitted when the last piece is copied
   bool trailers_pending_ = false;
   // State.
   bool closed_ = false;

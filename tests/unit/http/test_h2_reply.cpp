@@ -14,10 +14,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string field(const std::vector<http::H2Field>& f, std::string_view name) {
-  for (const auto& x : f)
-    if (x.name == name) return x.value;
+std::string field(const http::H2Fields& f, std::string_view name) {
+  for (std::size_t i = 0; i < f.size(); ++i)
+    if (f.name(i) == name) return std::string(f.value(i));
   return "<absent>";
+}
+
+std::string encode(std::string_view s) {
+  std::string out;
+  http::grpc_percent_encode(s, out);
+  return out;
 }
 
 }  // namespace
@@ -75,12 +81,12 @@ TEST_CASE("gRPC status of each kind of local answer") {
 
 TEST_CASE("a shed gRPC call is answered Trailers-Only with pushback") {
   auto r = http::rejection(core::Decision::reject(core::Reason::QueueFull, 1s), 3);
-  std::vector<http::H2Field> f;
+  http::H2Fields f;
   std::string body;
   http::h2_local_reply(r, true, "x-request-id", "abc", f, body);
   REQUIRE(!f.empty());
-  CHECK(f[0].name == ":status");
-  CHECK(f[0].value == "200");
+  CHECK(f.name(0) == ":status");
+  CHECK(f.value(0) == "200");
   CHECK(field(f, "content-type") == "application/grpc");
   CHECK(field(f, "grpc-status") == "14");
   CHECK(field(f, "grpc-message") == "overloaded: queue_full");
@@ -93,7 +99,7 @@ TEST_CASE("a shed gRPC call is answered Trailers-Only with pushback") {
 
 TEST_CASE("don't retry is a negative pushback; quota is RESOURCE_EXHAUSTED") {
   auto r = http::rejection(core::Decision::reject(core::Reason::TenantQuota, 1s, true), 2);
-  std::vector<http::H2Field> f;
+  http::H2Fields f;
   std::string body;
   http::h2_local_reply(r, true, "x-request-id", "", f, body);
   CHECK(field(f, "grpc-status") == "8");
@@ -106,10 +112,10 @@ TEST_CASE("an HTTP/2 local reply carries the HTTP/1.1 reply's fields, none conne
   auto r = http::failure(core::Reason::NoRoute, "no route for /x");
   r.close = true;
   r.extra = "Allow: GET\r\nConnection: close\r\n";
-  std::vector<http::H2Field> f;
+  http::H2Fields f;
   std::string body;
   http::h2_local_reply(r, false, "x-request-id", "", f, body);
-  CHECK(f[0].value == "404");
+  CHECK(f.value(0) == "404");
   CHECK(field(f, "x-levee-error") == "no_route");
   CHECK(field(f, "allow") == "GET");
   CHECK(field(f, "connection") == "<absent>");
@@ -117,13 +123,43 @@ TEST_CASE("an HTTP/2 local reply carries the HTTP/1.1 reply's fields, none conne
   CHECK(field(f, "content-length") == std::to_string(body.size()));
   auto shed = http::rejection(core::Decision::reject(core::Reason::QueueFull, 1s), 5);
   http::h2_local_reply(shed, false, "x-request-id", "", f, body);
-  CHECK(f[0].value == "503");
+  CHECK(f.value(0) == "503");
   CHECK(field(f, "retry-after") == "5");
   CHECK(body == "overloaded: queue_full\n");
 }
 
 TEST_CASE("grpc-message is percent-encoded") {
-  CHECK(http::grpc_percent_encode("a b") == "a b");
-  CHECK(http::grpc_percent_encode("100%") == "100%25");
-  CHECK(http::grpc_percent_encode("\xc3\xa9\n") == "%C3%A9%0A");
+  CHECK(encode("a b") == "a b");
+  CHECK(encode("100%") == "100%25");
+  CHECK(encode("\xc3\xa9\n") == "%C3%A9%0A");
+}
+
+TEST_CASE("a header block lower-cases names, keeps values as given, and is reused whole") {
+  http::H2Fields f;
+  f.add(":status", std::uint64_t{204});
+  f.add("Content-Type", "Text/Plain");
+  f.add("X-Count", std::uint64_t{18446744073709551615u});
+  f.add_with("x-built", [](std::string& out) { out.append("a").append("b"); });
+  f.add("x-empty", "");
+  REQUIRE(f.size() == 5);
+  CHECK(f.name(0) == ":status");
+  CHECK(f.value(0) == "204");
+  CHECK(f.name(1) == "content-type");
+  CHECK(f.value(1) == "Text/Plain");
+  CHECK(f.value(2) == "18446744073709551615");
+  CHECK(f.value(3) == "ab");
+  CHECK(f.name(4) == "x-empty");
+  CHECK(f.value(4).empty());
+  CHECK(f.find("x-built") == "ab");
+  CHECK(f.find("X-Built").empty());  // names are stored lower case; find takes them so
+  // The next block reuses the store: built in the same memory, not a new
+  // allocation (what keeps a warm worker's HTTP/2 answers off the heap).
+  const char* store = f.name(0).data();
+  f.clear();
+  CHECK(f.empty());
+  for (int i = 0; i < 5; ++i) f.add(i == 0 ? std::string_view("Server") : std::string_view("x-n"), "value");
+  CHECK(f.size() == 5);
+  CHECK(f.name(0) == "server");
+  CHECK(f.name(0).data() == store);
+  CHECK(f.value(4) == "value");
 }
