@@ -452,8 +452,11 @@ awaitable<void> Http2Connection::writer() {
         linger_ = false;  // nothing more reaches the client
         break;
       }
-      for (const std::int32_t id : std::exchange(copied_, {}))
+      // Swapped, not moved out: both lists keep their memory from write to write.
+      written_.swap(copied_);
+      for (const std::int32_t id : written_)
         if (auto it = streams_.find(id); it != streams_.end()) it->second->on_piece_written();
+      written_.clear();
       continue;
     }
     if (dead_) break;

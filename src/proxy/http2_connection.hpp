@@ -96,6 +96,7 @@ class Http2Connection final : public IdleConnection, public std::enable_shared_f
   std::unordered_map<std::int32_t, std::unique_ptr<H2Stream>> streams_;
   std::vector<std::int32_t> to_start_;  ///< complete request heads, started after the session returns
   std::vector<std::int32_t> copied_;    ///< streams whose piece went into the current write
+  std::vector<std::int32_t> written_;   ///< the same, for the write that just ended
   std::vector<char> rbuf_;
   std::string out_;
   Timer wake_;        ///< the writer's wait
