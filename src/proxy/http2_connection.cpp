@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "proxy/clock.hpp"
+#include "proxy/h2_memory.hpp"
 #include "http/h2_reply.hpp"
 #include "proxy/http1_connection.hpp"
 #include "proxy/http2_stream.hpp"
@@ -220,7 +221,7 @@ Http2Connection::Http2Connection(Worker& w, Listener& l, Stream s, const Peer& p
   // Its reset-rate limit, looser than levee's own (which counts first).
   nghttp2_option_set_stream_reset_rate_limit(opt, 4ull * h2cfg_.max_resets_per_second,
                                              4ull * h2cfg_.max_resets_per_second);
-  nghttp2_session_server_new2(&s_, cb, this, opt);
+  nghttp2_session_server_new3(&s_, cb, this, opt, h2_memory());
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cb);
   const nghttp2_settings_entry iv[] = {

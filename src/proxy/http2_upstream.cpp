@@ -14,6 +14,7 @@
 #include "http/framing.hpp"
 #include "http/parser.hpp"
 #include "proxy/clock.hpp"
+#include "proxy/h2_memory.hpp"
 #include "proxy/cluster.hpp"
 #include "proxy/endpoint.hpp"
 #include "proxy/runtime.hpp"
@@ -359,7 +360,7 @@ H2Upstream::H2Upstream(Executor ex, Options o)
   nghttp2_option_set_max_settings(opt, 32);
   nghttp2_option_set_max_outbound_ack(opt, 1000);
   nghttp2_option_set_max_continuations(opt, 8);
-  nghttp2_session_client_new2(&s_, cb, this, opt);
+  nghttp2_session_client_new3(&s_, cb, this, opt, h2_memory());
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cb);
   const nghttp2_settings_entry iv[] = {
