@@ -1,6 +1,8 @@
 #include "http/h2_reply.hpp"
 
+#include <cassert>
 #include <charconv>
+#include <limits>
 
 #include "core/text.hpp"
 
@@ -87,6 +89,9 @@ std::string_view H2Fields::find(std::string_view n) const noexcept {
 }
 
 std::size_t H2Fields::begin(std::string_view n) {
+  // Offsets are 32-bit: header blocks are bounded far below (a response
+  // head at 64 KiB, max_header_bytes at 1 MiB).
+  assert(store_.size() + n.size() < std::numeric_limits<std::uint32_t>::max());
   Item it{};
   it.name_off = static_cast<std::uint32_t>(store_.size());
   it.name_len = static_cast<std::uint32_t>(n.size());

@@ -64,14 +64,24 @@ class H2Fields {
     store_.clear();
     items_.clear();
   }
+  /// clear(), and gives the memory back if a large block grew it past
+  /// `max_bytes` (so that the pool does not keep a burst's worth).
+  void clear_and_trim(std::size_t max_bytes) {
+    if (store_.capacity() > max_bytes) std::string().swap(store_);
+    if (items_.capacity() * sizeof(Item) > max_bytes) std::vector<Item>().swap(items_);
+    clear();
+  }
   std::size_t size() const noexcept { return items_.size(); }
   bool empty() const noexcept { return items_.empty(); }
   std::string_view name(std::size_t i) const noexcept { return view(items_[i].name_off, items_[i].name_len); }
   std::string_view value(std::size_t i) const noexcept { return view(items_[i].value_off, items_[i].value_len); }
+  /// The memory the block holds, used or not.
+  std::size_t bytes_held() const noexcept { return store_.capacity() + items_.capacity() * sizeof(Item); }
   /// The value of the first field called `name` ("" when none).
   std::string_view find(std::string_view name) const noexcept;
 
-  /// Adds a field; its name is lower-cased.
+  /// Adds a field; its name is lower-cased. Neither may be a view into
+  /// this block (adding may move the store).
   void add(std::string_view name, std::string_view value);
   void add(std::string_view name, std::uint64_t value);
   /// Adds a field whose value write(std::string&) appends to the string

@@ -104,6 +104,8 @@ struct ExchangeBuffers {
   }
   std::string_view client_ip() const noexcept { return {client + ip_off, ip_len}; }
 
+  static constexpr std::size_t kKeepBytes = 16 * 1024;
+
   void reset() {
     req_head.reset();
     req = http::RequestInfo{};
@@ -112,8 +114,10 @@ struct ExchangeBuffers {
     resp = http::ResponseInfo{};
     resp_body.clear();
     out.clear();
-    h2_fields.clear();
-    h2_trailers.clear();
+    // What a large answer grew goes back rather than into the pool.
+    h2_fields.clear_and_trim(kKeepBytes);
+    h2_trailers.clear_and_trim(kKeepBytes);
+    if (local_body.capacity() > kKeepBytes) std::string().swap(local_body);
     local_body.clear();
     req_parser.reset();
     resp_parser.reset();

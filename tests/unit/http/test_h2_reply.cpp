@@ -163,3 +163,20 @@ TEST_CASE("a header block lower-cases names, keeps values as given, and is reuse
   CHECK(f.name(0).data() == store);
   CHECK(f.value(4) == "value");
 }
+
+TEST_CASE("a header block grown by a large answer gives its memory back when trimmed") {
+  http::H2Fields f;
+  f.add("x-small", "v");
+  const char* small = f.name(0).data();
+  f.clear_and_trim(1024);
+  f.add("x-small", "v");
+  CHECK(f.name(0).data() == small);  // under the bound: kept
+  f.add("x-big", std::string(8000, 'a'));
+  CHECK(f.bytes_held() > 8000);
+  f.clear_and_trim(1024);
+  CHECK(f.empty());
+  CHECK(f.bytes_held() <= 1024);
+  f.add("x-after", "v");
+  CHECK(f.find("x-after") == "v");
+  CHECK(f.find("x-big").empty());
+}

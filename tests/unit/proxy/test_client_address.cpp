@@ -7,6 +7,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <array>
 #include <cstring>
 #include <memory>
 #include <string>
