@@ -351,6 +351,10 @@ struct AdminConfig {
   Duration header_timeout = 10s;  ///< a connection's first request must arrive within this
   Duration idle_timeout = 60s;    ///< a kept-alive admin connection may idle this long
   std::uint32_t max_connections = 64;
+  /// Admin connections at once from one client address (0: no cap), so
+  /// that one client cannot hold every connection and lock out the
+  /// probes and scrapes.
+  std::uint32_t max_connections_per_source = 16;
   /// A file holding a token that authorises admin actions (POST) from
   /// anywhere, as `Authorization: Bearer <token>`; without one, only
   /// loopback clients may act. Read at load (and at every reload).

@@ -179,6 +179,7 @@ void admin(Json& j, const AdminConfig& a) {
       .kv("header_timeout", a.header_timeout)
       .kv("idle_timeout", a.idle_timeout)
       .kv("max_connections", a.max_connections)
+      .kv("max_connections_per_source", a.max_connections_per_source)
       .kv("token_file", a.token_file)
       .key("open_paths")
       .open_list();

@@ -148,6 +148,8 @@ void read_admin(Ctx& ctx, const YAML::Node& n, AdminConfig& a) {
   read_duration(ctx, am.take("idle_timeout"), am.sub("idle_timeout"), a.idle_timeout,
                 std::chrono::milliseconds(1), std::chrono::hours(24));
   read_uint(ctx, am.take("max_connections"), am.sub("max_connections"), a.max_connections, 1, 100000);
+  read_uint(ctx, am.take("max_connections_per_source"), am.sub("max_connections_per_source"),
+            a.max_connections_per_source, 0, 100000);
   auto tf = am.take("token_file");
   read(ctx, tf, am.sub("token_file"), a.token_file);
   if (!a.token_file.empty()) {

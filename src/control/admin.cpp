@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "http/local_reply.hpp"
+#include "proxy/listener.hpp"
 
 namespace levee::control {
 
@@ -115,22 +116,38 @@ asio::awaitable<void> AdminServer::accept() {
       if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
       continue;
     }
-    if (connections_->load() >= cfg_.max_connections) {
+    // Beyond either cap the connection is closed at once: the admin
+    // listener answers probes and scrapes, not crowds.
+    boost::system::error_code pec;
+    const auto ep = sock.remote_endpoint(pec);
+    const core::Address from = pec ? core::Address{} : proxy::mapped(ep.address());
+    bool admit = connections_->total.load() < cfg_.max_connections;
+    if (admit) {
+      std::lock_guard lk(connections_->mu);
+      admit = connections_->per_source.enter(from, cfg_.max_connections_per_source);
+    }
+    if (!admit) {
       boost::system::error_code ig;
       sock.close(ig);
       continue;
     }
-    asio::co_spawn(ctx_, session(std::move(sock)), asio::detached);
+    asio::co_spawn(ctx_, session(std::move(sock), from), asio::detached);
   }
 }
 
-asio::awaitable<void> AdminServer::session(tcp::socket sock) {
+asio::awaitable<void> AdminServer::session(tcp::socket sock, core::Address from) {
   namespace bh = beast::http;
+  // Counted from accept (per source) and from here (in all) to the end.
   struct Count {
-    std::shared_ptr<std::atomic<std::size_t>> n;
-    explicit Count(std::shared_ptr<std::atomic<std::size_t>> c) : n(std::move(c)) { ++*n; }
-    ~Count() { --*n; }
-  } count(connections_);
+    std::shared_ptr<Connections> c;
+    core::Address from;
+    Count(std::shared_ptr<Connections> cs, const core::Address& a) : c(std::move(cs)), from(a) { ++c->total; }
+    ~Count() {
+      --c->total;
+      std::lock_guard lk(c->mu);
+      c->per_source.leave(from);
+    }
+  } count(connections_, from);
   beast::tcp_stream stream(std::move(sock));
   beast::flat_buffer buf;
   for (bool first = true;; first = false) {

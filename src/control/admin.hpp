@@ -14,10 +14,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "config/config.hpp"
+#include "core/net.hpp"
 
 namespace levee::control {
 
@@ -58,13 +60,20 @@ class AdminServer {
 
  private:
   boost::asio::awaitable<void> accept();
-  boost::asio::awaitable<void> session(boost::asio::ip::tcp::socket s);
+  boost::asio::awaitable<void> session(boost::asio::ip::tcp::socket s, core::Address from);
 
   boost::asio::io_context& ctx_;
   const config::AdminConfig cfg_;
   AdminHandler handler_;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
-  std::shared_ptr<std::atomic<std::size_t>> connections_ = std::make_shared<std::atomic<std::size_t>>(0);
+  /// Connections at once, in all and per client address. Shared with the
+  /// sessions, which may outlive the server (they run detached).
+  struct Connections {
+    std::atomic<std::size_t> total{0};
+    std::mutex mu;
+    core::SourceCounts per_source;
+  };
+  std::shared_ptr<Connections> connections_ = std::make_shared<Connections>();
 };
 
 }  // namespace levee::control

@@ -87,8 +87,8 @@ std::vector<std::string> Server::restart_only(const config::Config& next, const 
   if (a.address != b.address) refuse("admin.address", "the admin address");
   if (a.port != b.port) refuse("admin.port", "the admin port");
   if (a.header_timeout != b.header_timeout || a.idle_timeout != b.idle_timeout ||
-      a.max_connections != b.max_connections)
-    refuse("admin", "the admin listener's timeouts and connection cap");
+      a.max_connections != b.max_connections || a.max_connections_per_source != b.max_connections_per_source)
+    refuse("admin", "the admin listener's timeouts and connection caps");
   // (Secrets are redacted in the JSON: compared on their own.)
   const auto& nr = next.quota_sync.redis;
   const auto& cr = cfg_->quota_sync.redis;

@@ -144,4 +144,25 @@ bool is_loopback(const Address& a) noexcept {
   return v4.contains(a) || a == one;
 }
 
+std::size_t SourceCounts::Hash::operator()(const Address& a) const noexcept {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const auto b : a) h = (h ^ b) * 1099511628211ull;
+  return static_cast<std::size_t>(h);
+}
+
+bool SourceCounts::enter(const Address& a, std::uint32_t cap) {
+  if (cap == 0) return true;
+  auto& n = counts_[a];
+  if (n >= cap) return false;
+  ++n;
+  return true;
+}
+
+void SourceCounts::leave(const Address& a) {
+  // Also when the cap is now 0: a reload may have lifted it since.
+  const auto it = counts_.find(a);
+  if (it == counts_.end()) return;
+  if (--it->second == 0) counts_.erase(it);
+}
+
 }  // namespace levee::core

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace levee::core {
@@ -20,6 +21,26 @@ constexpr Address ipv4_mapped(const std::array<std::uint8_t, 4>& v4) noexcept {
   for (std::size_t i = 0; i < 4; ++i) a[12 + i] = v4[i];
   return a;
 }
+
+/// Connections at once per client address, against a cap: what a
+/// listener's (and the admin listener's) per-source limit counts. Not
+/// locked: its owner serialises enter and leave.
+class SourceCounts {
+ public:
+  /// Counts one more connection from `a`, unless `a` already holds `cap`
+  /// (0: no cap, nothing is counted).
+  bool enter(const Address& a, std::uint32_t cap);
+  /// The end of one counted connection (none counted: nothing happens).
+  void leave(const Address& a);
+  /// Addresses with at least one connection counted.
+  std::size_t sources() const noexcept { return counts_.size(); }
+
+ private:
+  struct Hash {
+    std::size_t operator()(const Address& a) const noexcept;
+  };
+  std::unordered_map<Address, std::uint32_t, Hash> counts_;
+};
 
 /// An IPv4 or IPv6 network; IPv4 networks are stored IPv4-mapped (a /8 is a /104).
 struct Network {

@@ -63,18 +63,12 @@ bool ListenerSlot::take_accept_token(double rate, core::TimePoint t) {
 bool ListenerSlot::source_enter(const core::Address& addr, std::uint32_t cap) {
   if (cap == 0) return true;
   std::lock_guard lk(src_mu_);
-  auto& n = per_source_[addr];
-  if (n >= cap) return false;
-  ++n;
-  return true;
+  return per_source_.enter(addr, cap);
 }
 
 void ListenerSlot::source_leave(const core::Address& addr) {
-  // Also when the cap is now 0: a reload may have lifted it since.
   std::lock_guard lk(src_mu_);
-  auto it = per_source_.find(addr);
-  if (it == per_source_.end()) return;
-  if (--it->second == 0) per_source_.erase(it);
+  per_source_.leave(addr);
 }
 
 /// Refuses a connection politely: reads what the client sends first, briefly

@@ -60,15 +60,8 @@ class ListenerSlot {
   std::mutex rate_mu_;
   double tokens_ = -1;
   core::TimePoint last_refill_{};
-  struct AddrHash {
-    std::size_t operator()(const core::Address& a) const noexcept {
-      std::uint64_t h = 1469598103934665603ull;
-      for (auto b : a) h = (h ^ b) * 1099511628211ull;
-      return static_cast<std::size_t>(h);
-    }
-  };
   std::mutex src_mu_;
-  std::unordered_map<core::Address, std::uint32_t, AddrHash> per_source_;
+  core::SourceCounts per_source_;
 };
 
 /// "address:port", the identity of a listener's socket across reloads.

@@ -525,6 +525,47 @@ class Robustness(unittest.TestCase):
         s.close()
         self.assertEqual(lv.admin_get("/healthz")[0], 200)
 
+    def test_one_client_cannot_hold_every_admin_connection(self):
+        # Three kept-alive connections from 127.0.0.3 fill its share; a
+        # fourth is closed at once, while another address (127.0.0.4) is
+        # still served, and the first gets a connection again as soon as
+        # one of its own ends. (Both on the loopback network, apart from
+        # 127.0.0.1, whose connections the harness used to wait for levee.)
+        be = Backend(self)
+        lv = Levee(self, [cluster("app", [be.address])], extra={"admin": {"max_connections_per_source": 3}})
+        probe = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+        def connect(source="127.0.0.3"):
+            return socket.create_connection(("127.0.0.1", lv.admin_port), timeout=5, source_address=(source, 0))
+
+        def served(s):
+            try:
+                s.sendall(probe)
+                return s.recv(4096).startswith(b"HTTP/1.1 200")
+            except OSError:  # closed, or reset since the probe was unread
+                return False
+
+        held = [connect() for _ in range(3)]
+        for s in held:
+            self.assertTrue(served(s))  # accepted and counted, kept alive
+        extra = connect()
+        self.assertFalse(served(extra))
+        extra.close()
+        other = connect("127.0.0.4")
+        self.assertTrue(served(other))
+        other.close()
+        held.pop().close()
+
+        def fresh_served():
+            s = connect()
+            try:
+                return served(s)
+            finally:
+                s.close()
+        wait_until(fresh_served, timeout=5, what="a connection after one of the three ended")
+        for s in held:
+            s.close()
+
     def test_ready_is_503_while_a_cluster_has_no_address(self):
         be = Backend(self)
         lv = Levee(self, [cluster("app", [be.address]), cluster("dns", ["no-such-host.invalid:80"])],

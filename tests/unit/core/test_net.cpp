@@ -33,3 +33,28 @@ TEST_CASE("trusted sources: none by default, any when asked", "[net]") {
   TrustedSources any{{}, true, {}};
   CHECK(any.contains(*parse_address("203.0.113.7")));
 }
+
+TEST_CASE("connections per source: a cap per address, freed as they end", "[net]") {
+  SourceCounts c;
+  const Address a = *parse_address("10.0.0.1"), b = *parse_address("2001:db8::1");
+  CHECK(c.enter(a, 2));
+  CHECK(c.enter(a, 2));
+  CHECK_FALSE(c.enter(a, 2));  // a's share is full
+  CHECK(c.enter(b, 2));        // b has its own
+  CHECK(c.sources() == 2);
+  c.leave(a);
+  CHECK(c.enter(a, 2));  // one ended: one more fits
+  CHECK_FALSE(c.enter(a, 2));
+  c.leave(a);
+  c.leave(a);
+  c.leave(b);
+  CHECK(c.sources() == 0);  // nothing left behind for addresses gone
+  c.leave(a);               // a leave with nothing counted changes nothing
+  CHECK(c.sources() == 0);
+  // No cap: nothing is counted, and a later leave (the cap lifted by a
+  // reload meanwhile) is harmless.
+  CHECK(c.enter(a, 0));
+  CHECK(c.sources() == 0);
+  c.leave(a);
+  CHECK(c.sources() == 0);
+}
