@@ -304,6 +304,7 @@ awaitable<bool> Exchange::forward() {
     if (now() >= cls_.deadline) co_return co_await fail(Reason::Deadline);
     Attempt a;
     a.number = attempts + 1;
+    a.replayable = replayable;
     // The fuse chooses by its connections; over HTTP/2 it caps streams (its
     // slots) and the balancer chooses, the connections being few anyway.
     a.endpoint = fuse_.fuse() && !call_upstream() ? fuse_.fuse()->pick(*cluster_)

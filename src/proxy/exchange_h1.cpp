@@ -58,7 +58,8 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   Endpoint& ep = *cluster_->endpoints[a.endpoint];
   const TimePoint t = now();
   Fuse* fuse = fuse_.fuse();
-  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_) : w_.pool.take(*cluster_, a.endpoint, t);
+  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_, a.replayable)
+             : w_.pool.take(*cluster_, a.endpoint, t, a.replayable);
   if (up_) {
     a.reused = true;
   } else {
@@ -90,6 +91,7 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
       a.error = UpstreamError::Connect;
       co_return;
     }
+    up_->stream.watch(w_.readiness);  // cleartext only: responses read when epoll says
     m.upstream_connects.inc(w_.index, cluster_->index);
   }
   ++up_->uses;

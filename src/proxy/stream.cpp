@@ -48,6 +48,7 @@ bool socket_quiet(int fd) noexcept {
 }  // namespace
 
 Stream::~Stream() {
+  unwatch();
   if (ssl_) SSL_free(ssl_);
 }
 
@@ -114,6 +115,7 @@ awaitable<Stream::ReadResult> Stream::tls_read_some(asio::mutable_buffer b) {
 
 awaitable<Stream::ReadResult> Stream::read_later(asio::mutable_buffer b) {
   cancelled_ = false;
+  if (rd_) co_return co_await read_watched(b);
   co_await asio::post(sock_.get_executor(), asio::use_awaitable);
   if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
   if (ssl_) co_return co_await tls_read_some(b);
@@ -126,6 +128,27 @@ awaitable<Stream::ReadResult> Stream::read_later(asio::mutable_buffer b) {
     // Readable, yet cancelled before this resumed: the cancel found no
     // wait to abort, and the next one must not outlive it.
     if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
+  }
+}
+
+awaitable<Stream::ReadResult> Stream::read_watched(asio::mutable_buffer b) {
+  const int fd = sock_.native_handle();
+  for (;;) {
+    if (!rd_->readable(fd)) {
+      auto [ec] = co_await rd_->async_wait(fd, nothrow);
+      if (ec) co_return ReadResult{ec, 0};
+    }
+    // Woken, yet cancelled before this resumed: as in read_later.
+    if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
+    error_code ec;
+    const std::size_t n = sock_.read_some(b, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      rd_->emptied(fd);  // an edge that came before the bytes did
+      continue;
+    }
+    // Less than asked: the socket is empty now; what comes next is a new edge.
+    if (!ec && n < b.size()) rd_->emptied(fd);
+    co_return ReadResult{ec, n};
   }
 }
 
@@ -203,7 +226,11 @@ Stream::Poll Stream::poll(IoBuffer& into) noexcept {
 }
 
 bool Stream::quiet() noexcept {
-  if (!ssl_) return socket_quiet(sock_.native_handle());
+  if (!ssl_) {
+    if (!socket_quiet(sock_.native_handle())) return false;
+    if (rd_) rd_->emptied(sock_.native_handle());
+    return true;
+  }
   if (closed_ || tls_buffered()) return false;
   char c;
   error_code ec;
@@ -227,6 +254,7 @@ void Stream::shutdown_send() noexcept {
 }
 
 void Stream::close() noexcept {
+  unwatch();
   if (!closed_ && ssl_ && SSL_is_init_finished(ssl_)) {
     SSL_shutdown(ssl_);
     ERR_clear_error();

@@ -29,6 +29,7 @@
 #include "proxy/asio.hpp"
 #include "proxy/io.hpp"
 #include "proxy/io_buffer.hpp"
+#include "proxy/readiness.hpp"
 
 // OpenSSL's SSL, without its headers here.
 struct ssl_st;
@@ -48,10 +49,18 @@ class Stream {
   /// Hands the connection on (an HTTP/1.1 connection that turned out to be
   /// HTTP/2); the TLS session stays bound to the same descriptor.
   Stream(Stream&& o) noexcept
-      : sock_(std::move(o.sock_)),
+      : sock_((o.unwatch(), std::move(o.sock_))),
         ssl_(std::exchange(o.ssl_, nullptr)),
         want_write_(o.want_write_),
         closed_(std::exchange(o.closed_, true)) {}
+
+  /// Keeps this cleartext socket's readiness in the worker's set
+  /// (proxy/readiness.hpp): read_later() then reads only when epoll said
+  /// so, and seen_quiet() answers without a syscall. Once connected, in
+  /// non-blocking mode; a TLS stream is not watched.
+  void watch(Readiness& r) noexcept {
+    if (!ssl_ && r.watch(sock_.native_handle(), this)) rd_ = &r;
+  }
 
   Socket& socket() noexcept { return sock_; }
   const Socket& socket() const noexcept { return sock_; }
@@ -80,6 +89,8 @@ class Stream {
   /// readability, asked for in the same handler as the receive that found
   /// nothing, so no readiness can be missed between the two. A cancel()
   /// during the pass ends it with operation_aborted, as it would a read.
+  /// A watched stream (watch()) instead reads when the worker's readiness
+  /// set says the socket is readable, and not before.
   awaitable<ReadResult> read_later(asio::mutable_buffer b);
   /// Reads what is there without waiting: would_block when nothing is.
   std::size_t read_now(asio::mutable_buffer b, error_code& ec) {
@@ -124,12 +135,18 @@ class Stream {
   /// No idle-connection surprises: nothing to read, no close, no error (one
   /// non-blocking look; a TLS stream processes tickets that arrived).
   bool quiet() noexcept;
+  /// A watched stream on which nothing (bytes, a close, an error) arrived
+  /// since it was last emptied, as of the event loop's last look: what
+  /// HAProxy and nginx know of an idle connection, for no syscall. False
+  /// when not watched, or when something did arrive (ask quiet()).
+  bool seen_quiet() noexcept { return rd_ && !rd_->readable(sock_.native_handle()); }
   /// Frees what an idle TLS session holds (its record buffers); none is
   /// held by a cleartext stream.
   void release_buffers() noexcept;
 
   void cancel() noexcept {
     cancelled_ = true;  // seen by read_later between its pass and its read
+    if (rd_) rd_->cancel(sock_.native_handle());
     error_code ec;
     sock_.cancel(ec);
   }
@@ -152,6 +169,11 @@ class Stream {
 
  private:
   awaitable<ReadResult> tls_read_some(asio::mutable_buffer b);
+  awaitable<ReadResult> read_watched(asio::mutable_buffer b);
+  void unwatch() noexcept {
+    if (rd_) rd_->forget(sock_.native_handle(), this);
+    rd_ = nullptr;
+  }
   std::size_t tls_read_now(asio::mutable_buffer b, error_code& ec);
   bool tls_buffered() const noexcept;
   awaitable<std::tuple<error_code>> tls_wait_readable();
@@ -164,6 +186,7 @@ class Stream {
   bool want_write_ = false;
   bool closed_ = false;
   bool cancelled_ = false;
+  Readiness* rd_ = nullptr;  ///< the worker's set, when watched
 };
 
 }  // namespace levee::proxy

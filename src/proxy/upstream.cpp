@@ -69,7 +69,8 @@ bool UpstreamPool::adopt(UpstreamConn& c) const {
   return true;
 }
 
-std::unique_ptr<UpstreamConn> UpstreamPool::take(const Cluster& cl, std::size_t e, core::TimePoint t) {
+std::unique_ptr<UpstreamConn> UpstreamPool::take(const Cluster& cl, std::size_t e, core::TimePoint t,
+                                                bool replayable) {
   if (cl.index >= owner_.size() || owner_[cl.index] != &cl) return nullptr;  // a request of an older Runtime
   auto& list = idle_[cl.index][e];
   const auto generation = cl.endpoints[e]->addr_generation.load(std::memory_order_acquire);
@@ -79,9 +80,7 @@ std::unique_ptr<UpstreamConn> UpstreamPool::take(const Cluster& cl, std::size_t 
     --idle_total_;
     if (t - conn->idle_since >= cl.cfg.idle_timeout) continue;
     if (conn->generation != generation) continue;
-    if (conn->stream.quiet()) return conn;
-    // Anything readable on an idle connection is a close or bytes that
-    // belong to no request: either way it is not reusable.
+    if (conn->reusable(replayable)) return conn;
   }
   return nullptr;
 }

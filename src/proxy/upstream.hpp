@@ -39,14 +39,23 @@ struct UpstreamConn {
   std::size_t cluster;   ///< owner's index
   std::size_t endpoint;
   std::uint64_t generation;  ///< the endpoint's address generation when connected
+
+  /// Whether an idle connection may carry a request. Anything readable on
+  /// it is a close or bytes that belong to no request: either way it is
+  /// not reusable. A request that may be sent again (`replayable`) trusts
+  /// what the event loop last saw (Stream::seen_quiet: no syscall, and
+  /// HAProxy's rule): should the backend have closed since, the attempt
+  /// fails as Stale before any response byte and is retried for free. One
+  /// that may not be sent twice gets a look at the socket now.
+  bool reusable(bool replayable) noexcept { return (replayable && stream.seen_quiet()) || stream.quiet(); }
 };
 
 /// Idle keep-alive connections of one worker, per cluster and endpoint.
 /// A connection comes back only when its last response ended exactly where
 /// its framing said and nothing more had arrived; and before one is reused
-/// the socket is checked for anything that arrived since (bytes the backend
-/// should not have sent, or its close), so a response never reaches a
-/// request it does not belong to.
+/// it is checked for anything that arrived since (bytes the backend should
+/// not have sent, or its close), so a response never reaches a request it
+/// does not belong to (UpstreamConn::reusable says how).
 ///
 /// The pool belongs to the worker's current Runtime. A reload moves idle
 /// connections to the same (cluster, address) in the new one (rebind); a
@@ -56,7 +65,9 @@ class UpstreamPool {
  public:
   explicit UpstreamPool(const Runtime& rt);
   /// Null when none is idle, or when `cluster` is not of the pool's Runtime.
-  std::unique_ptr<UpstreamConn> take(const Cluster& cluster, std::size_t endpoint, core::TimePoint now);
+  /// `replayable`: see UpstreamConn::reusable.
+  std::unique_ptr<UpstreamConn> take(const Cluster& cluster, std::size_t endpoint, core::TimePoint now,
+                                     bool replayable);
   void put(std::unique_ptr<UpstreamConn> c, core::TimePoint now);
   /// Moves to `next` (on the worker's thread).
   void rebind(const Runtime& next);

@@ -40,6 +40,7 @@ Worker::Worker(std::size_t i, std::shared_ptr<Runtime> r, control::AccessLog::Sh
       rng(0x5eed0000ull + i * 7919 + static_cast<std::uint64_t>(::getpid())),
       pool(*rt),
       balancer(i),
+      readiness(ctx.get_executor()),
       sweep_timer_(std::in_place, ctx.get_executor()) {
   applied_generation.store(rt->generation);
   size_buffers();
@@ -98,6 +99,7 @@ Worker::~Worker() {
       if (f) f->close_idle();
   for (auto& r : retired_fuses_) r.fuse->close_idle();
   buffers_.clear();
+  readiness.shutdown();
   ctx_.reset();
 }
 

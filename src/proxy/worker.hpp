@@ -116,6 +116,8 @@ class Worker {
   UpstreamPool pool;
   H2UpstreamPool h2pool;  ///< clusters that speak HTTP/2
   Balancer balancer;
+  /// Readiness of cleartext upstream sockets (proxy/readiness.hpp).
+  Readiness readiness;
   std::atomic<int> tid{0};
   std::atomic<std::uint32_t> connections{0};  ///< open downstream connections
 

@@ -4,12 +4,16 @@
 // what is already there, wake for what comes later, see a close that came
 // with the last bytes, and end with operation_aborted when cancelled while
 // it is not yet waiting on the socket (a deadline or a drain then must not
-// be lost).
+// be lost). Each case runs twice: on a bare socket, and on one watched by
+// the worker's readiness set (proxy/readiness.hpp), which upstream
+// connections use; the watched one is also checked for what it tells the
+// pool about an idle connection without a syscall.
 #include <catch2/catch_test_macros.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/write.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <optional>
 #include <string>
 
@@ -23,15 +27,20 @@ namespace {
 struct Pair {
   asio::io_context ctx;
   tcp::socket peer{ctx};
+  Readiness rd{ctx.get_executor()};
   std::optional<Stream> stream;
 
-  Pair() {
+  explicit Pair(bool watched = false) {
     Acceptor acc(ctx.get_executor(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     peer.connect(acc.local_endpoint());
     Socket s(ctx.get_executor());
     acc.accept(s);
     s.non_blocking(true);  // as the listener sets every accepted socket
     stream.emplace(std::move(s));
+    if (watched) {
+      stream->watch(rd);
+      REQUIRE(rd.watched() == 1);
+    }
   }
 
   struct Read {
@@ -64,7 +73,7 @@ struct Pair {
 }  // namespace
 
 TEST_CASE("read_later takes bytes that are already there", "[stream]") {
-  Pair p;
+  Pair p(GENERATE(false, true));
   asio::write(p.peer, asio::buffer(std::string("GET /")));
   char buf[64];
   Pair::Read r;
@@ -76,7 +85,7 @@ TEST_CASE("read_later takes bytes that are already there", "[stream]") {
 }
 
 TEST_CASE("read_later wakes for bytes that arrive after it found none", "[stream]") {
-  Pair p;
+  Pair p(GENERATE(false, true));
   char buf[64];
   Pair::Read r;
   p.start(r, buf, sizeof buf);
@@ -93,8 +102,9 @@ TEST_CASE("read_later wakes for bytes that arrive after it found none", "[stream
 TEST_CASE("read_later sees a close that came with the last bytes", "[stream]") {
   // Bytes and FIN in one go: the first read takes the bytes and leaves the
   // FIN, for which no new readiness will ever come. The next read_later
-  // must find it by its receive, not wait for an edge.
-  Pair p;
+  // must find it by its receive, not wait for an edge (watched: the
+  // close is remembered for good).
+  Pair p(GENERATE(false, true));
   asio::write(p.peer, asio::buffer(std::string("last")));
   p.peer.shutdown(tcp::socket::shutdown_send);
   char buf[64];
@@ -113,8 +123,8 @@ TEST_CASE("read_later sees a close that came with the last bytes", "[stream]") {
 namespace {
 /// read_later started, then cancelled: during its pass (only its first
 /// step has run) or while it waits on the socket (everything ready has run).
-error_code cancelled_read(bool during_pass) {
-  Pair p;
+error_code cancelled_read(bool during_pass, bool watched) {
+  Pair p(watched);
   char buf[64];
   Pair::Read r;
   p.start(r, buf, sizeof buf);
@@ -132,9 +142,91 @@ TEST_CASE("a cancel during read_later's pass ends it", "[stream]") {
   // Cancelling a socket with nothing queued on it does nothing: without
   // the stream's own flag, a deadline that passed during the pass would be
   // lost and the read would wait for bytes that never come.
-  CHECK(cancelled_read(true) == asio::error::operation_aborted);
+  CHECK(cancelled_read(true, false) == asio::error::operation_aborted);
 }
 
 TEST_CASE("a cancel while read_later waits on the socket ends it", "[stream]") {
-  CHECK(cancelled_read(false) == asio::error::operation_aborted);
+  CHECK(cancelled_read(false, GENERATE(false, true)) == asio::error::operation_aborted);
+}
+
+namespace {
+/// A watched stream that has read everything sent to it so far.
+void settle(Pair& p);
+void read_all(Pair& p, const std::string& sent) {
+  asio::write(p.peer, asio::buffer(sent));
+  settle(p);  // the set has said so before the read: no edge is left over
+  char buf[64];
+  Pair::Read r;
+  p.start(r, buf, sizeof buf);
+  p.finish(r);
+  REQUIRE(r.done);
+  REQUIRE(r.bytes == sent);
+}
+/// Runs the event loop until the readiness set has drained what is there.
+void settle(Pair& p) {
+  p.ctx.restart();
+  p.ctx.poll();
+}
+}  // namespace
+
+TEST_CASE("a watched stream reads only when epoll said so", "[stream]") {
+  // After a short read the socket is known to be empty: the next read
+  // waits for the set's word instead of trying a receive that finds nothing.
+  Pair p(true);
+  read_all(p, "response");
+  const int fd = p.stream->socket().native_handle();
+  settle(p);
+  CHECK(!p.rd.readable(fd));
+  CHECK(p.stream->seen_quiet());
+  char buf[64];
+  Pair::Read r;
+  p.start(r, buf, sizeof buf);
+  p.ctx.poll();
+  REQUIRE(!r.done);
+  asio::write(p.peer, asio::buffer(std::string("next")));
+  p.finish(r);
+  REQUIRE(r.done);
+  CHECK(r.bytes == "next");
+}
+
+TEST_CASE("an idle watched stream knows of stray bytes and of a close without a syscall", "[stream]") {
+  const bool close = GENERATE(false, true);
+  Pair p(true);
+  read_all(p, "response");
+  settle(p);
+  REQUIRE(p.stream->seen_quiet());
+  // The backend sends what belongs to no request, or closes.
+  if (close) p.peer.shutdown(tcp::socket::shutdown_send);
+  else asio::write(p.peer, asio::buffer(std::string("EVIL")));
+  // The event loop's next look at the set marks it.
+  const auto give_up = std::chrono::steady_clock::now() + 1s;
+  while (p.stream->seen_quiet() && std::chrono::steady_clock::now() < give_up) {
+    p.ctx.restart();
+    p.ctx.run_one_for(50ms);
+  }
+  CHECK(!p.stream->seen_quiet());
+  CHECK(!p.stream->quiet());  // and the exact look agrees
+}
+
+TEST_CASE("a quiet peek clears the mark of a watched stream", "[stream]") {
+  Pair p(true);  // just watched: nothing known, so marked
+  CHECK(!p.stream->seen_quiet());
+  CHECK(p.stream->quiet());
+  CHECK(p.stream->seen_quiet());
+}
+
+TEST_CASE("forgetting a watched stream ends its wait", "[stream]") {
+  Pair p(true);
+  read_all(p, "x");
+  char buf[8];
+  Pair::Read r;
+  p.start(r, buf, sizeof buf);
+  p.ctx.poll();
+  REQUIRE(!r.done);
+  const int fd = p.stream->socket().native_handle();
+  p.rd.forget(fd, &*p.stream);
+  p.finish(r);
+  REQUIRE(r.done);
+  CHECK(r.ec == asio::error::operation_aborted);
+  CHECK(p.rd.watched() == 0);
 }

@@ -1,0 +1,116 @@
+#include "proxy/readiness.hpp"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+
+#include <utility>
+
+namespace levee::proxy {
+
+Readiness::Readiness(Executor ex) : ex_(ex) {
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epfd_ < 0) return;  // watch() says no; streams peek instead
+  error_code ec;
+  set_.emplace(ex_);
+  set_->assign(epfd_, ec);
+  if (ec) {
+    set_.reset();
+    ::close(epfd_);
+    epfd_ = -1;
+  }
+}
+
+Readiness::~Readiness() { shutdown(); }
+
+void Readiness::shutdown() noexcept {
+  if (set_) {
+    error_code ec;
+    set_->close(ec);  // closes epfd_; the pending wait is aborted
+    set_.reset();
+    epfd_ = -1;
+  }
+  // Waiters are destroyed, not called: the event loop is going away.
+  for (auto& s : slots_) {
+    auto gone = std::exchange(s.waiter, nullptr);
+  }
+}
+
+bool Readiness::watch(int fd, const void* owner) noexcept {
+  if (epfd_ < 0 || fd < 0) return false;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+  const auto i = static_cast<std::size_t>(fd);
+  if (i >= slots_.size()) slots_.resize(i + 1);
+  Slot& s = slots_[i];
+  s.owner = owner;
+  s.readable = true;
+  s.hup = false;
+  ++watched_;
+  if (!armed_) arm();
+  return true;
+}
+
+void Readiness::forget(int fd, const void* owner) noexcept {
+  const auto i = static_cast<std::size_t>(fd);
+  if (fd < 0 || i >= slots_.size() || slots_[i].owner != owner || owner == nullptr) return;
+  Slot& s = slots_[i];
+  s.owner = nullptr;
+  s.readable = s.hup = false;
+  --watched_;
+  if (s.waiter) wake(s, asio::error::operation_aborted);
+}
+
+void Readiness::start_wait(int fd, asio::any_completion_handler<void(error_code)> h) {
+  Slot& s = slots_[static_cast<std::size_t>(fd)];
+  s.waiter.swap(h);  // not operator=: Asio 1.81's wraps the handler in itself, without end
+  if (s.readable || s.hup || !s.owner) wake(s, s.owner ? error_code{} : asio::error::bad_descriptor);
+}
+
+void Readiness::cancel(int fd) noexcept {
+  const auto i = static_cast<std::size_t>(fd);
+  if (fd < 0 || i >= slots_.size()) return;
+  if (slots_[i].waiter) wake(slots_[i], asio::error::operation_aborted);
+}
+
+void Readiness::wake(Slot& s, error_code ec) {
+  asio::post(ex_, asio::append(std::exchange(s.waiter, nullptr), ec));
+}
+
+void Readiness::arm() {
+  if (!set_) return;
+  armed_ = true;
+  set_->async_wait(Descriptor::wait_read, [this](error_code ec) {
+    armed_ = false;
+    if (ec) return;  // closed (shutdown)
+    drain();
+    arm();
+  });
+}
+
+void Readiness::drain() noexcept {
+  if (epfd_ < 0) return;
+  constexpr int kBatch = 64;
+  epoll_event ev[kBatch];
+  for (;;) {
+    const int n = ::epoll_wait(epfd_, ev, kBatch, 0);
+    for (int k = 0; k < n; ++k) {
+      const auto i = static_cast<std::size_t>(ev[k].data.fd);
+      if (i >= slots_.size() || !slots_[i].owner) continue;
+      Slot& s = slots_[i];
+      s.readable = true;
+      if (ev[k].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
+      // The reader resumes here, in this pass: a post would run it only
+      // after the event loop's next epoll_wait.
+      if (s.waiter) asio::dispatch(asio::append(std::exchange(s.waiter, nullptr), error_code{}));
+    }
+    if (n < kBatch) return;
+  }
+}
+
+}  // namespace levee::proxy

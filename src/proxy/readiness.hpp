@@ -1,0 +1,111 @@
+// Readiness of a worker's cleartext upstream sockets, kept as HAProxy's fd
+// cache and nginx's event flags keep it, so that neither a response read
+// nor the reuse of an idle pooled connection needs a receive to learn what
+// epoll already said.
+//
+// Asio's reactor keeps no readiness a caller can read: every read is tried
+// at once (a receive that often finds nothing), and an idle connection can
+// only be checked with a syscall of its own (a one-byte MSG_PEEK) or by a
+// wait that re-arms epoll (another). Here each watched socket sits, for its
+// whole life, in an edge-triggered epoll set of the worker's own; that set's
+// descriptor is one more socket-like thing in Asio's reactor. When Asio's
+// epoll says the set is readable, drain() collects which sockets had bytes,
+// a close or an error since they were last emptied, marks them, and wakes
+// whoever waits for one. The costs: one epoll_ctl per connection (when it
+// is made), and one epoll_wait plus one re-arm per pass of the event loop
+// that found anything, shared by every socket that pass.
+//
+// The rules the marks follow (Stream applies them):
+//   - A socket is marked readable when a drain reports it, and when it is
+//     first watched (nothing is known yet).
+//   - A close or an error (EPOLLRDHUP, EPOLLHUP, EPOLLERR) keeps the mark
+//     for good.
+//   - Only a receive that emptied the socket (it returned less than asked,
+//     or EAGAIN), or a peek that found it empty, clears the mark. Bytes that
+//     arrive afterwards make a new edge, which a later drain reports.
+//   - So "not readable" means: nothing arrived since the socket was last
+//     emptied, as of the event loop's last look at the set. What arrived
+//     since that look is not known (HAProxy and nginx know no more); a
+//     caller that needs the present (a request that must not be sent into a
+//     closed connection) still peeks.
+// Everything runs on the worker's thread; no lock.
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/posix/basic_stream_descriptor.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+#include "proxy/asio.hpp"
+
+namespace levee::proxy {
+
+class Readiness {
+ public:
+  explicit Readiness(Executor ex);
+  ~Readiness();
+  Readiness(const Readiness&) = delete;
+  Readiness& operator=(const Readiness&) = delete;
+
+  /// Starts watching fd for `owner` (marked readable). False when it
+  /// cannot be watched (the set could not be made, or epoll refused):
+  /// the caller then does without.
+  bool watch(int fd, const void* owner) noexcept;
+  /// Stops: a waiter is woken with operation_aborted. Only `owner`'s
+  /// watch ends (the descriptor may have been closed and reused). Before
+  /// the descriptor is closed; the kernel drops it from the set on close.
+  void forget(int fd, const void* owner) noexcept;
+  /// Whether something may have arrived since fd was last emptied, or the
+  /// peer closed (a close stays readable: a FIN that came with the last
+  /// bytes makes no edge of its own once those bytes are read).
+  bool readable(int fd) const noexcept {
+    const Slot& s = slots_[static_cast<std::size_t>(fd)];
+    return s.readable || s.hup;
+  }
+  /// A receive (or a peek) found fd empty.
+  void emptied(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].readable = false; }
+  /// Calls the handler when fd is marked readable (at once, posted, when it
+  /// is). One waiter per descriptor. cancel() ends it with operation_aborted.
+  template <typename Token>
+  auto async_wait(int fd, Token&& token) {
+    return asio::async_initiate<Token, void(error_code)>(
+        [this, fd](auto handler) { start_wait(fd, asio::any_completion_handler<void(error_code)>(std::move(handler))); },
+        token);
+  }
+  void cancel(int fd) noexcept;
+  /// Before the io_context goes: stops draining and destroys what waits
+  /// (coroutine frames), while everything they reference is alive.
+  void shutdown() noexcept;
+
+  /// Drains the set now (tests; the worker drains when Asio says so).
+  void drain() noexcept;
+  std::size_t watched() const noexcept { return watched_; }
+
+ private:
+  struct Slot {
+    const void* owner = nullptr;
+    bool readable = false;
+    bool hup = false;  ///< the peer closed, or the socket failed: for good
+    asio::any_completion_handler<void(error_code)> waiter;
+  };
+  using Descriptor = asio::posix::basic_stream_descriptor<Executor>;
+
+  void start_wait(int fd, asio::any_completion_handler<void(error_code)> h);
+  void wake(Slot& s, error_code ec);
+  void arm();
+
+  Executor ex_;
+  int epfd_ = -1;
+  std::optional<Descriptor> set_;  ///< epfd_ as Asio sees it; reset by shutdown()
+  bool armed_ = false;
+  /// By descriptor number. A deque: growing it never moves a Slot (Asio
+  /// 1.81's any_completion_handler may be move-constructed, but its
+  /// assignment and its copy wrap the handler in itself, without end).
+  std::deque<Slot> slots_;
+  std::size_t watched_ = 0;
+};
+
+}  // namespace levee::proxy
