@@ -72,6 +72,25 @@ struct Pair {
 
 }  // namespace
 
+namespace {
+/// Runs the event loop until the readiness set has drained what is there.
+void settle(Pair& p) {
+  p.ctx.restart();
+  p.ctx.poll();
+}
+/// A watched stream that has read everything sent to it so far.
+void read_all(Pair& p, const std::string& sent) {
+  asio::write(p.peer, asio::buffer(sent));
+  settle(p);  // the set has said so before the read: no edge is left over
+  char buf[64];
+  Pair::Read r;
+  p.start(r, buf, sizeof buf);
+  p.finish(r);
+  REQUIRE(r.done);
+  REQUIRE(r.bytes == sent);
+}
+}  // namespace
+
 TEST_CASE("read_later takes bytes that are already there", "[stream]") {
   Pair p(GENERATE(false, true));
   asio::write(p.peer, asio::buffer(std::string("GET /")));
@@ -85,7 +104,16 @@ TEST_CASE("read_later takes bytes that are already there", "[stream]") {
 }
 
 TEST_CASE("read_later wakes for bytes that arrive after it found none", "[stream]") {
-  Pair p(GENERATE(false, true));
+  const bool watched = GENERATE(false, true);
+  Pair p(watched);
+  if (watched) {
+    // After a short read the socket is known to be empty: the next read
+    // waits for the set's word instead of trying a receive that finds nothing.
+    read_all(p, "response");
+    settle(p);
+    CHECK(!p.rd.readable(p.stream->socket().native_handle()));
+    CHECK(p.stream->seen_quiet());
+  }
   char buf[64];
   Pair::Read r;
   p.start(r, buf, sizeof buf);
@@ -149,45 +177,6 @@ TEST_CASE("a cancel while read_later waits on the socket ends it", "[stream]") {
   CHECK(cancelled_read(false, GENERATE(false, true)) == asio::error::operation_aborted);
 }
 
-namespace {
-/// A watched stream that has read everything sent to it so far.
-void settle(Pair& p);
-void read_all(Pair& p, const std::string& sent) {
-  asio::write(p.peer, asio::buffer(sent));
-  settle(p);  // the set has said so before the read: no edge is left over
-  char buf[64];
-  Pair::Read r;
-  p.start(r, buf, sizeof buf);
-  p.finish(r);
-  REQUIRE(r.done);
-  REQUIRE(r.bytes == sent);
-}
-/// Runs the event loop until the readiness set has drained what is there.
-void settle(Pair& p) {
-  p.ctx.restart();
-  p.ctx.poll();
-}
-}  // namespace
-
-TEST_CASE("a watched stream reads only when epoll said so", "[stream]") {
-  // After a short read the socket is known to be empty: the next read
-  // waits for the set's word instead of trying a receive that finds nothing.
-  Pair p(true);
-  read_all(p, "response");
-  const int fd = p.stream->socket().native_handle();
-  settle(p);
-  CHECK(!p.rd.readable(fd));
-  CHECK(p.stream->seen_quiet());
-  char buf[64];
-  Pair::Read r;
-  p.start(r, buf, sizeof buf);
-  p.ctx.poll();
-  REQUIRE(!r.done);
-  asio::write(p.peer, asio::buffer(std::string("next")));
-  p.finish(r);
-  REQUIRE(r.done);
-  CHECK(r.bytes == "next");
-}
 
 TEST_CASE("an idle watched stream knows of stray bytes and of a close without a syscall", "[stream]") {
   const bool close = GENERATE(false, true);
