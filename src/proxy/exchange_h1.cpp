@@ -58,8 +58,12 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   Endpoint& ep = *cluster_->endpoints[a.endpoint];
   const TimePoint t = now();
   Fuse* fuse = fuse_.fuse();
-  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_, a.replayable)
-             : w_.pool.take(*cluster_, a.endpoint, t, a.replayable);
+  // Trusting the event loop's last look needs a free retry should the
+  // backend have closed since: a replayable request whose body is all held
+  // (a streamed body cannot be sent again).
+  const bool retry_free = a.replayable && (!d_.has_body() || d_.body_done());
+  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_, retry_free)
+             : w_.pool.take(*cluster_, a.endpoint, t, retry_free);
   if (up_) {
     a.reused = true;
   } else {

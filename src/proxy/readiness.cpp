@@ -7,6 +7,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 
+#include <cassert>
 #include <utility>
 
 namespace levee::proxy {
@@ -68,6 +69,7 @@ void Readiness::forget(int fd, const void* owner) noexcept {
 
 void Readiness::start_wait(int fd, asio::any_completion_handler<void(error_code)> h) {
   Slot& s = slots_[static_cast<std::size_t>(fd)];
+  assert(!s.waiter);  // one reader per socket
   s.waiter.swap(h);  // not operator=: Asio 1.81's wraps the handler in itself, without end
   if (s.readable || s.hup || !s.owner) wake(s, s.owner ? error_code{} : asio::error::bad_descriptor);
 }
@@ -86,9 +88,12 @@ void Readiness::arm() {
   if (!set_) return;
   armed_ = true;
   set_->async_wait(Descriptor::wait_read, [this](error_code ec) {
+    if (ec) {
+      armed_ = false;  // closed (shutdown)
+      return;
+    }
+    drain();  // a reader resumed here may watch() a socket: still armed
     armed_ = false;
-    if (ec) return;  // closed (shutdown)
-    drain();
     arm();
   });
 }

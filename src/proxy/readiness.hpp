@@ -67,6 +67,9 @@ class Readiness {
   }
   /// A receive (or a peek) found fd empty.
   void emptied(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].readable = false; }
+  /// A receive found fd empty and not closed (EAGAIN): a close mark was
+  /// not for this socket's stream (an error-queue event), so it goes too.
+  void reopened(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].hup = false; }
   /// Calls the handler when fd is marked readable (at once, posted, when it
   /// is). One waiter per descriptor. cancel() ends it with operation_aborted.
   template <typename Token>
@@ -76,8 +79,9 @@ class Readiness {
         token);
   }
   void cancel(int fd) noexcept;
-  /// Before the io_context goes: stops draining and destroys what waits
-  /// (coroutine frames), while everything they reference is alive.
+  /// Before the io_context goes: stops draining and releases what waits
+  /// (the coroutines are then destroyed with the io_context's queue), while
+  /// everything they reference is alive.
   void shutdown() noexcept;
 
   /// Drains the set now (tests; the worker drains when Asio says so).

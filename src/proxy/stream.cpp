@@ -144,6 +144,7 @@ awaitable<Stream::ReadResult> Stream::read_watched(asio::mutable_buffer b) {
     const std::size_t n = sock_.read_some(b, ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       rd_->emptied(fd);  // an edge that came before the bytes did
+      rd_->reopened(fd);  // and no close is pending: a closed socket reads 0
       continue;
     }
     // Less than asked: the socket is empty now; what comes next is a new edge.

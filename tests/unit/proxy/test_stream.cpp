@@ -132,9 +132,11 @@ TEST_CASE("read_later sees a close that came with the last bytes", "[stream]") {
   // FIN, for which no new readiness will ever come. The next read_later
   // must find it by its receive, not wait for an edge (watched: the
   // close is remembered for good).
-  Pair p(GENERATE(false, true));
+  const bool watched = GENERATE(false, true);
+  Pair p(watched);
   asio::write(p.peer, asio::buffer(std::string("last")));
   p.peer.shutdown(tcp::socket::shutdown_send);
+  if (watched) settle(p);  // the set reports bytes and close before the first read
   char buf[64];
   Pair::Read first;
   p.start(first, buf, sizeof buf);
