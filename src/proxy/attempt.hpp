@@ -18,7 +18,6 @@ using core::TimePoint;
 struct Exchange::Attempt {
   std::uint32_t number = 1;  ///< x-attempt-count sent with it
   std::size_t endpoint = core::kNoEndpoint;
-  bool replayable = false;   ///< may be sent again: an idempotent method, or an idempotency key
   bool reused = false;       ///< on a pooled connection
   bool sent = false;         ///< some byte of the request was accepted by the socket
   bool body_streamed = false;  ///< body bytes left levee beyond what the sink holds

@@ -293,10 +293,11 @@ void Exchange::read_load_report(Attempt& a, std::string_view value, bool bin) {
   a.load_ok = true;
 }
 
+bool Exchange::replayable() const noexcept { return http::idempotent(b_.req.method) || cls_.idempotency_key; }
+
 awaitable<bool> Exchange::forward() {
   const auto& cc = cluster_->cfg;
   auto& m = *rt_.metrics;
-  const bool replayable = http::idempotent(b_.req.method) || cls_.idempotency_key;
   std::size_t avoid = core::kNoEndpoint;
   std::uint32_t attempts = 0;  // counted attempts made
   bool body_gone = false;
@@ -304,7 +305,6 @@ awaitable<bool> Exchange::forward() {
     if (now() >= cls_.deadline) co_return co_await fail(Reason::Deadline);
     Attempt a;
     a.number = attempts + 1;
-    a.replayable = replayable;
     // The fuse chooses by its connections; over HTTP/2 it caps streams (its
     // slots) and the balancer chooses, the connections being few anyway.
     a.endpoint = fuse_.fuse() && !call_upstream() ? fuse_.fuse()->pick(*cluster_)
@@ -332,7 +332,7 @@ awaitable<bool> Exchange::forward() {
 
     core::RetryContext ctx;
     ctx.enabled = cc.retry.enabled;
-    ctx.replayable = replayable;
+    ctx.replayable = replayable();
     ctx.sent = a.sent;
     ctx.body_gone = body_gone;
     ctx.max_attempts = cc.retry.max_attempts;

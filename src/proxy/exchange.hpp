@@ -104,6 +104,8 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   void note_relay_failure(const Attempt& a);
   /// Closes (HTTP/1.1) or resets (HTTP/2) what the attempt holds upstream.
   void drop_upstream() noexcept;
+  /// The request may be sent again: an idempotent method, or an idempotency key.
+  bool replayable() const noexcept;
   // HTTP/2 upstream (exchange_h2.cpp).
   bool call_upstream() const noexcept;
   awaitable<void> try_endpoint_h2(Attempt& a);

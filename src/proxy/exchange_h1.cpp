@@ -61,7 +61,7 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   // Trusting the event loop's last look needs a free retry should the
   // backend have closed since: a replayable request whose body is all held
   // (a streamed body cannot be sent again).
-  const bool retry_free = a.replayable && (!d_.has_body() || d_.body_done());
+  const bool retry_free = replayable() && (!d_.has_body() || d_.body_done());
   up_ = fuse ? fuse->take(a.endpoint, t, *cluster_, retry_free)
              : w_.pool.take(*cluster_, a.endpoint, t, retry_free);
   if (up_) {

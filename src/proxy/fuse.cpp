@@ -72,7 +72,7 @@ std::size_t Fuse::pick(const Cluster& c) const {
   return best;
 }
 
-std::unique_ptr<UpstreamConn> Fuse::take(std::size_t e, core::TimePoint t, const Cluster& c, bool replayable) {
+std::unique_ptr<UpstreamConn> Fuse::take(std::size_t e, core::TimePoint t, const Cluster& c, bool retry_free) {
   auto& list = eps_[e].idle;
   const auto generation = c.endpoints[e]->addr_generation.load(std::memory_order_acquire);
   while (!list.empty()) {
@@ -80,7 +80,7 @@ std::unique_ptr<UpstreamConn> Fuse::take(std::size_t e, core::TimePoint t, const
     list.pop_back();
     if (t - conn->idle_since >= c.cfg.idle_timeout) continue;  // destroyed: the slot frees
     if (conn->generation != generation) continue;
-    if (!conn->reusable(replayable)) continue;
+    if (!conn->reusable(retry_free)) continue;
     return conn;
   }
   return nullptr;

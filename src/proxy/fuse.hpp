@@ -44,7 +44,7 @@ class Fuse {
 
   /// An available endpoint with an idle connection or room for one.
   std::size_t pick(const Cluster& c) const;
-  std::unique_ptr<UpstreamConn> take(std::size_t endpoint, core::TimePoint now, const Cluster& c, bool replayable);
+  std::unique_ptr<UpstreamConn> take(std::size_t endpoint, core::TimePoint now, const Cluster& c, bool retry_free);
   void put(std::unique_ptr<UpstreamConn> conn, core::TimePoint now);
   /// A new connection counts against the fuse from before it connects.
   void note_open(UpstreamConn& conn);

@@ -70,7 +70,7 @@ bool UpstreamPool::adopt(UpstreamConn& c) const {
 }
 
 std::unique_ptr<UpstreamConn> UpstreamPool::take(const Cluster& cl, std::size_t e, core::TimePoint t,
-                                                bool replayable) {
+                                                bool retry_free) {
   if (cl.index >= owner_.size() || owner_[cl.index] != &cl) return nullptr;  // a request of an older Runtime
   auto& list = idle_[cl.index][e];
   const auto generation = cl.endpoints[e]->addr_generation.load(std::memory_order_acquire);
@@ -80,7 +80,7 @@ std::unique_ptr<UpstreamConn> UpstreamPool::take(const Cluster& cl, std::size_t 
     --idle_total_;
     if (t - conn->idle_since >= cl.cfg.idle_timeout) continue;
     if (conn->generation != generation) continue;
-    if (conn->reusable(replayable)) return conn;
+    if (conn->reusable(retry_free)) return conn;
   }
   return nullptr;
 }

@@ -42,12 +42,12 @@ struct UpstreamConn {
 
   /// Whether an idle connection may carry a request. Anything readable on
   /// it is a close or bytes that belong to no request: either way it is
-  /// not reusable. A request that may be sent again (`replayable`) trusts
-  /// what the event loop last saw (Stream::seen_quiet: no syscall, and
-  /// HAProxy's rule): should the backend have closed since, the attempt
-  /// fails as Stale before any response byte and is retried for free. One
-  /// that may not be sent twice gets a look at the socket now.
-  bool reusable(bool replayable) noexcept { return (replayable && stream.seen_quiet()) || stream.quiet(); }
+  /// not reusable. A request whose retry is free (`retry_free`: it may be
+  /// sent again, and its body is held whole) trusts what the event loop
+  /// last saw (Stream::seen_quiet: no syscall, and HAProxy's rule): should
+  /// the backend have closed since, the attempt fails as Stale before any
+  /// response byte and is retried. Any other gets a look at the socket now.
+  bool reusable(bool retry_free) noexcept { return (retry_free && stream.seen_quiet()) || stream.quiet(); }
 };
 
 /// Idle keep-alive connections of one worker, per cluster and endpoint.
@@ -65,9 +65,9 @@ class UpstreamPool {
  public:
   explicit UpstreamPool(const Runtime& rt);
   /// Null when none is idle, or when `cluster` is not of the pool's Runtime.
-  /// `replayable`: see UpstreamConn::reusable.
+  /// `retry_free`: see UpstreamConn::reusable.
   std::unique_ptr<UpstreamConn> take(const Cluster& cluster, std::size_t endpoint, core::TimePoint now,
-                                     bool replayable);
+                                     bool retry_free);
   void put(std::unique_ptr<UpstreamConn> c, core::TimePoint now);
   /// Moves to `next` (on the worker's thread).
   void rebind(const Runtime& next);
