@@ -2,7 +2,7 @@ cmake_minimum_required(VERSION 3.25)
 # Fails when a source file includes across a layer boundary.
 #   src/core    : the C++ standard library and core/ only
 #   src/config  : + yaml-cpp
-#   src/metrics : + prometheus-cpp, <unistd.h>
+#   src/metrics : + prometheus-cpp, <unistd.h>, <dlfcn.h>
 #   src/http    : + Boost (Beast, Asio buffers)
 #   src/quota   : + hiredis, OpenSSL, spdlog, POSIX sockets; not Boost, not src/proxy
 #                 (the proxy wires it with two hooks)
@@ -60,8 +60,9 @@ foreach(f IN LISTS _core_files)
   endif()
 endforeach()
 levee_check(config "core/;config/;yaml-cpp/")
-# metrics/process.cpp asks sysconf() for the clock tick and page size.
-levee_check(metrics "core/;metrics/;prometheus/;unistd.h")
+# metrics/process.cpp asks sysconf() for the clock tick and page size, and
+# the dynamic linker which allocator the process runs with.
+levee_check(metrics "core/;metrics/;prometheus/;unistd.h;dlfcn.h")
 levee_check(http "core/;http/;boost/")
 levee_check(quota "core/;config/;metrics/;quota/;hiredis/;openssl/;spdlog/;prometheus/;arpa/;netinet/;sys/;fcntl.h;netdb.h;poll.h;pthread.h;unistd.h")
 levee_check(sim "core/;config/;sim/;yaml-cpp/")

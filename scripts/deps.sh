@@ -73,7 +73,8 @@ apt_install() {
 
 # python3: CMake configures the tests (on by default) with it.
 build_pkgs=(build-essential cmake ninja-build pkg-config git ca-certificates python3
-            libssl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libhiredis-dev libnghttp2-dev)
+            libssl-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libhiredis-dev libnghttp2-dev
+            libgoogle-perftools-dev)
 case "$codename" in
   bookworm) build_pkgs+=(libboost1.81-dev) ;;
   noble)    build_pkgs+=(libboost-dev catch2 prometheus-cpp-dev) ;;   # Ubuntu names Catch2 v3 catch2

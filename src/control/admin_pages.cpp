@@ -168,6 +168,8 @@ std::string Server::info_json() const {
   json_string(o, b.commit);
   o << ",\"build_type\":";
   json_string(o, b.build_type);
+  o << ",\"allocator\":";
+  json_string(o, b.allocator);
   o << ",\"started_at\":";
   json_string(o, started_at_);
   o << ",\"start_time_seconds\":" << static_cast<std::uint64_t>(started_unix_) << ",\"config_file\":";

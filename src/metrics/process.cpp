@@ -1,5 +1,6 @@
 #include "metrics/process.hpp"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -146,12 +147,18 @@ std::vector<GaugeSet> process_gauges() {
   }
   g.push_back(gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds",
                     [start] { return start; }));
-  g.push_back({"levee_build_info", "levee's version, source commit and build type (always 1)", [](auto& out) {
-                 out.push_back(sample({{"version", LEVEE_VERSION}, {"commit", LEVEE_COMMIT}, {"build_type", LEVEE_BUILD_TYPE}}, 1.0));
+  g.push_back({"levee_build_info", "levee's version, source commit, build type and allocator (always 1)",
+               [b = build_info()](auto& out) {
+                 out.push_back(sample({{"version", b.version}, {"commit", b.commit}, {"build_type", b.build_type},
+                                       {"allocator", b.allocator}}, 1.0));
                }});
   return g;
 }
 
-BuildInfo build_info() noexcept { return {LEVEE_VERSION, LEVEE_COMMIT, LEVEE_BUILD_TYPE}; }
+// Asked of the dynamic linker, not of the build: a binary built with
+// LEVEE_TCMALLOC but started without the library loaded says so.
+static const char* allocator() noexcept { return ::dlsym(RTLD_DEFAULT, "tc_malloc") ? "tcmalloc" : "system"; }
+
+BuildInfo build_info() noexcept { return {LEVEE_VERSION, LEVEE_COMMIT, LEVEE_BUILD_TYPE, allocator()}; }
 
 }  // namespace levee::metrics

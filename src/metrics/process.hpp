@@ -7,7 +7,7 @@
 //   process_open_fds                 open file descriptors
 //   process_max_fds                  the soft RLIMIT_NOFILE
 //   process_start_time_seconds       start time, seconds since the epoch
-//   levee_build_info{version, commit, build_type} = 1
+//   levee_build_info{version, commit, build_type, allocator} = 1
 //
 // Names and meanings follow the Prometheus client guidelines ("Process
 // metrics"), so dashboards written for any exporter's process_* work.
@@ -28,6 +28,7 @@ struct BuildInfo {
   const char* version;
   const char* commit;
   const char* build_type;
+  const char* allocator;  // "tcmalloc" when the running process allocates through it, else "system"
 };
 BuildInfo build_info() noexcept;
 

@@ -151,6 +151,9 @@ class Install(unittest.TestCase):
         depends = re.search(r"(?m)^Depends: (.*)$", info).group(1)
         self.assertIn("libyaml-cpp", depends)
         self.assertIn("libspdlog", depends)
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            if re.search(r"^LEVEE_TCMALLOC:BOOL=ON$", f.read(), re.M):
+                self.assertIn("libtcmalloc-minimal4", depends)  # the allocator the binary links
         x = tempfile.mkdtemp(prefix="levee-deb-")
         self.addCleanup(shutil.rmtree, x)
         subprocess.run([tool("dpkg-deb"), "-R", deb, x], check=True)

@@ -479,6 +479,7 @@ class AdminActions(unittest.TestCase):
             self.assertEqual(info["config_sha256"], hashlib.sha256(f.read()).hexdigest())
         self.assertEqual(info["config_file"], lv.config_path)
         self.assertEqual(info["generation"], 1)
+        self.assertIn(info["allocator"], ("tcmalloc", "system"))  # exactly which: test_process_metrics
         cfg = json.loads(lv.admin_get("/admin/config")[1])
         self.assertEqual(cfg["clusters"][0]["name"], "app")
         self.assertEqual(cfg["listeners"][0]["port"], lv.port)

@@ -108,8 +108,12 @@ class ProcessMetrics(unittest.TestCase):
         version = subprocess.run([LEVEE, "--version"], capture_output=True, text=True).stdout.split()[-1]
         self.assertEqual(labels["version"], version)
         with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            build_type = re.search(r"^CMAKE_BUILD_TYPE:\w+=(.*)$", f.read(), re.M).group(1)
+            cache = f.read()
+        build_type = re.search(r"^CMAKE_BUILD_TYPE:\w+=(.*)$", cache, re.M).group(1)
         self.assertEqual(labels["build_type"], build_type)
+        # The release build allocates through tcmalloc, a sanitizer build through its own allocator.
+        tcmalloc = re.search(r"^LEVEE_TCMALLOC:BOOL=(.*)$", cache, re.M).group(1) == "ON"
+        self.assertEqual(labels["allocator"], "tcmalloc" if tcmalloc else "system")
         self.assertRegex(labels["commit"], r"^([0-9a-f]{7,}(-dirty)?|v?[\w.+-]+|unknown)$")
 
 
