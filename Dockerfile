@@ -1,8 +1,9 @@
 # levee's container image: built on Debian 13 with the project's own set-up
 # script, run from a slim Debian 13 with only the levee binary and the
 # shared libraries it links (their packages are found from the binary, so
-# the names cannot drift: on Debian 13 they are libyaml-cpp0.8,
-# libspdlog1.15, libfmt10 and libprometheus-cpp-core1.0).
+# the names cannot drift: on Debian 13 they were libyaml-cpp0.8,
+# libspdlog1.15, libfmt10 and libprometheus-cpp-core1.0, and tcmalloc's
+# package since levee links it).
 #
 #   podman build --format docker -t levee:0.1.0 .   (or docker build; see scripts/image.sh)
 #   podman run -p 8080:8080 -p 9901:9901 -v ./my.yaml:/etc/levee/levee.yaml:ro levee:0.1.0
