@@ -43,6 +43,13 @@ def free_port():
             return port
 
 
+def cmake_cache(key):
+    """The value the build under test's CMakeCache.txt holds for key, or None."""
+    with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+        m = re.search(rf"^{re.escape(key)}:[A-Z]+=(.*)$", f.read(), re.M)
+    return m.group(1) if m else None
+
+
 def memory_bound_mib(mib):
     """A bound on levee's peak RSS, for the build under test: ASan keeps up to
     256 MiB of freed memory in quarantine (its default quarantine_size_mb)

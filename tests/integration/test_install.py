@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BUILD, ROOT, tool
+from harness import BUILD, ROOT, cmake_cache, tool
 
 UNIT = os.path.join(ROOT, "deploy", "systemd", "levee.service")
 MAX_EXPOSURE = 2.0  # systemd-analyze security: 0 is fully locked down, 10 is no sandbox
@@ -38,9 +38,7 @@ def files_under(root):
 
 def bundled_libs():
     """Debian 12 builds bundle prometheus-cpp (from .deps); others link the distro's."""
-    with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-        m = re.search(r"^PROMCPP_LIBDIR:INTERNAL=(.*)$", f.read(), re.M)
-    libdir = m.group(1) if m else ""
+    libdir = cmake_cache("PROMCPP_LIBDIR") or ""
     if not libdir or re.match(r"^/(usr/)?lib", libdir):
         return []
     return sorted(os.path.basename(p) for p in glob.glob(os.path.join(libdir, "libprometheus-cpp-core.so.*")))
@@ -151,9 +149,8 @@ class Install(unittest.TestCase):
         depends = re.search(r"(?m)^Depends: (.*)$", info).group(1)
         self.assertIn("libyaml-cpp", depends)
         self.assertIn("libspdlog", depends)
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            if re.search(r"^LEVEE_TCMALLOC:BOOL=ON$", f.read(), re.M):
-                self.assertIn("libtcmalloc-minimal4", depends)  # the allocator the binary links
+        if cmake_cache("LEVEE_TCMALLOC") == "ON":
+            self.assertIn("libtcmalloc-minimal4", depends)  # the allocator the binary links
         x = tempfile.mkdtemp(prefix="levee-deb-")
         self.addCleanup(shutil.rmtree, x)
         subprocess.run([tool("dpkg-deb"), "-R", deb, x], check=True)

@@ -8,7 +8,7 @@ import subprocess
 import time
 import unittest
 
-from harness import BUILD, LEVEE, Backend, Levee, cluster, wait_until
+from harness import LEVEE, Backend, Levee, cluster, cmake_cache, wait_until
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -107,13 +107,9 @@ class ProcessMetrics(unittest.TestCase):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
         version = subprocess.run([LEVEE, "--version"], capture_output=True, text=True).stdout.split()[-1]
         self.assertEqual(labels["version"], version)
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            cache = f.read()
-        build_type = re.search(r"^CMAKE_BUILD_TYPE:\w+=(.*)$", cache, re.M).group(1)
-        self.assertEqual(labels["build_type"], build_type)
+        self.assertEqual(labels["build_type"], cmake_cache("CMAKE_BUILD_TYPE"))
         # The release build allocates through tcmalloc, a sanitizer build through its own allocator.
-        tcmalloc = re.search(r"^LEVEE_TCMALLOC:BOOL=(.*)$", cache, re.M).group(1) == "ON"
-        self.assertEqual(labels["allocator"], "tcmalloc" if tcmalloc else "system")
+        self.assertEqual(labels["allocator"], "tcmalloc" if cmake_cache("LEVEE_TCMALLOC") == "ON" else "system")
         self.assertRegex(labels["commit"], r"^([0-9a-f]{7,}(-dirty)?|v?[\w.+-]+|unknown)$")
 
 
