@@ -22,6 +22,7 @@ struct Exchange::Attempt {
   bool sent = false;         ///< some byte of the request was accepted by the socket
   bool body_streamed = false;  ///< body bytes left levee beyond what the sink holds
   bool whole = false;        ///< the whole request went out: the backend can act on it
+  TimePoint begun{};  ///< when forward() started it: the pool's and the connect's clock
   TimePoint sent_at{};
   TimePoint head_at{};
   // The outcome: a response head, an upstream failure, or the client's end.

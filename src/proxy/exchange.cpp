@@ -260,10 +260,10 @@ awaitable<bool> Exchange::wait_in_queue(core::QueueGate::Ticket t, TimePoint exp
 
 // --- attempts -------------------------------------------------------------------
 
-void Exchange::report(const Attempt& a, core::Answer answer, bool failure, std::optional<core::Duration> latency,
-                      const core::LoadReport* load) {
+void Exchange::report(TimePoint at, const Attempt& a, core::Answer answer, bool failure,
+                      std::optional<core::Duration> latency, const core::LoadReport* load) {
   AttemptResult r;
-  r.now = now();
+  r.now = at;
   r.criticality = cls_.criticality;
   r.tenant = cls_.tenant;
   r.endpoint = a.endpoint;
@@ -302,8 +302,9 @@ awaitable<bool> Exchange::forward() {
   std::uint32_t attempts = 0;  // counted attempts made
   bool body_gone = false;
   for (;;) {
-    if (now() >= cls_.deadline) co_return co_await fail(Reason::Deadline);
     Attempt a;
+    a.begun = now();
+    if (a.begun >= cls_.deadline) co_return co_await fail(Reason::Deadline);
     a.number = attempts + 1;
     // The fuse chooses by its connections; over HTTP/2 it caps streams (its
     // slots) and the balancer chooses, the connections being few anyway.
@@ -346,7 +347,7 @@ awaitable<bool> Exchange::forward() {
       if (a.failure != core::AttemptFailure::Stale) {
         ++attempts;
         m.upstream_error(w_.index, cluster_->index, a.endpoint, a.error);
-        report(a, core::Answer::Unanswered, true, std::nullopt, nullptr);
+        report(now(), a, core::Answer::Unanswered, true, std::nullopt, nullptr);
       }
     } else if (b_.resp.status == 503 && !b_.resp.no_retry) {
       ++attempts;
@@ -361,7 +362,7 @@ awaitable<bool> Exchange::forward() {
     if (!a.failed) {
       // A 503 that says nothing against a retry.
       if (!plan.retry) co_return co_await relay(a);
-      report(a, core::Answer::Overloaded, true, a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
+      report(ctx.now, a, core::Answer::Overloaded, true, a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
       drop_upstream();
     }
     if (timed_out) {
@@ -392,14 +393,14 @@ awaitable<bool> Exchange::forward() {
   }
 }
 
-void Exchange::write_head(Attempt& a, bool h2) {
+void Exchange::write_head(Attempt& a, bool h2, TimePoint t) {
   const auto& cc = cluster_->cfg;
   const auto& info = b_.req;
   http::UpstreamHead u{b_.req_head, info, rt_.rewrite_names};
   u.client_ip = b_.client_ip();
   u.default_host = cluster_->endpoints[a.endpoint]->authority;
   if (info.request_id < 0) u.generated_id = rec_.request_id;
-  if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - now();
+  if (cls_.deadline != TimePoint::max()) u.remaining = cls_.deadline - t;
   u.grpc_timeout = cls_.grpc_timeout;
   u.attempt = a.number;
   untrusted_rewrite(u);  // proxy/trust.cpp
@@ -445,7 +446,7 @@ void Exchange::settle_attempt(Attempt& a, TimePoint at, bool upstream_ok) {
   // gRPC servers report load in trailers: the later report wins.
   if (const auto& t = b_.resp.trailer_load; t.size > 0) read_load_report(a, t.value(), t.bin);
   else if (t.truncated) rt_.metrics->load_report_errors.inc(w_.index, cluster_->index);
-  report(a, a.overloaded ? core::Answer::Overloaded : core::Answer::Accepted, b_.resp.status >= 500 || !upstream_ok,
+  report(at, a, a.overloaded ? core::Answer::Overloaded : core::Answer::Accepted, b_.resp.status >= 500 || !upstream_ok,
          a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
   if (permit_) permit_.finish(at, core::QueueGate::Sample{a.head_at - a.sent_at, in_flight_at_start_, a.overloaded});
 }

@@ -86,8 +86,9 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   void unwatch_upstream();
   awaitable<bool> relay(Attempt& a);  ///< the response, by the attempt's protocol
   awaitable<bool> relay_response(Attempt& a);
-  /// The head for the upstream (one writer for both protocols) into b_.out.
-  void write_head(Attempt& a, bool h2);
+  /// The head for the upstream (one writer for both protocols) into b_.out;
+  /// the time left to the deadline counts from t.
+  void write_head(Attempt& a, bool h2, TimePoint t);
   /// A 100 Continue is due to the client now (and counted as sent).
   bool continue_due() noexcept;
   /// A response head arrived: latency, counts, the load report.
@@ -116,7 +117,8 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   awaitable<bool> reject(const core::Decision& d);
   awaitable<bool> fail(core::Reason r, std::string_view detail = {});
   awaitable<bool> client_gone();
-  void report(const Attempt& a, core::Answer answer, bool failure, std::optional<core::Duration> latency,
+  /// What an attempt came to, at time at, for the cluster's controllers.
+  void report(TimePoint at, const Attempt& a, core::Answer answer, bool failure, std::optional<core::Duration> latency,
               const core::LoadReport* load);
   /// Reads an ORCA load report (a header's or a trailer's) into a.load.
   void read_load_report(Attempt& a, std::string_view value, bool bin);

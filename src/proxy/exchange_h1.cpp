@@ -56,7 +56,7 @@ awaitable<void> Exchange::try_endpoint(Attempt& a) {
   const auto& cc = cluster_->cfg;
   auto& m = *rt_.metrics;
   Endpoint& ep = *cluster_->endpoints[a.endpoint];
-  const TimePoint t = now();
+  const TimePoint t = a.begun;  // the endpoint was picked without waiting since
   Fuse* fuse = fuse_.fuse();
   // Trusting the event loop's last look needs a free retry should the
   // backend have closed since: a replayable request whose body is all held
@@ -125,16 +125,22 @@ awaitable<bool> Exchange::early_answer(Attempt& a) {
 
 awaitable<bool> Exchange::send_request(Attempt& a) {
   const auto& cc = cluster_->cfg;
-  write_head(a, false);
+  // One reading for the head's time left and the send; none on a pooled
+  // connection, taken without waiting since the attempt began.
+  TimePoint t = a.reused ? a.begun : now();
+  write_head(a, false, t);
   const bool chunked = d_.has_body() && !d_.body_length();
-  if (continue_due() && !co_await d_.send_continue()) {
-    a.client = BodyRead::Gone;
-    co_return false;
+  if (continue_due()) {
+    if (!co_await d_.send_continue()) {
+      a.client = BodyRead::Gone;
+      co_return false;
+    }
+    t = now();
   }
 
   // The head and whatever body is already read, in one write.
-  arm(std::min(cls_.deadline, now() + cc.response_timeout), Watchdog::Phase::Upstream);
-  a.sent_at = now();
+  a.sent_at = t;
+  arm(std::min(cls_.deadline, t + cc.response_timeout), Watchdog::Phase::Upstream);
   auto& sink = b_.req_body;
   {
     http::Buffers bufs;
@@ -142,7 +148,9 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
     bufs.push(asio::buffer(b_.out));
     bufs.push_body(asio::buffer(sink.data()), chunked, chunk_head);
     if (chunked && d_.body_done()) bufs.push_last_chunk();
-    auto [ec, n] = co_await up_->stream.write_all(bufs);
+    error_code ec;
+    std::size_t n = up_->stream.write_now(bufs, ec);
+    if (!ec && n < asio::buffer_size(bufs)) std::tie(ec, n) = co_await up_->stream.write_rest(bufs, n);
     a.sent = n > 0;
     if (ec) {
       a.failed = true;
@@ -328,7 +336,7 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
         break;
       }
       if (sink.size() > 0) {
-        if (rp.is_done()) settle(now(), true);
+        if (rp.is_done() && !settled) settle(now(), true);
         last_sent = rp.is_done();
         arm(cls_.deadline, Watchdog::Phase::Write);
         client_ok = co_await d_.send_body(sink.data(), last_sent);
@@ -357,13 +365,13 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
     up_->buf.commit(n);
   }
   const bool complete = upstream_ok && rp.is_done();
-  if (complete) settle(now(), true);
+  if (complete && !settled) settle(now(), true);
   if (client_ok && complete && !last_sent) {
     arm(cls_.deadline, Watchdog::Phase::Write);
     client_ok = co_await d_.send_body({}, true);
   }
   if (!upstream_ok) note_relay_failure(a);
-  settle(now(), upstream_ok);
+  if (!settled) settle(now(), upstream_ok);
   co_return client_ok && complete;
 }
 

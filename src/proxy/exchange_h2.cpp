@@ -41,7 +41,8 @@ awaitable<void> Exchange::try_endpoint_h2(Attempt& a) {
       if (ok && rt) rt->metrics->upstream_connects.inc(shard, ci);
     });
   }
-  write_head(a, true);
+  a.sent_at = now();  // one reading for the head's time left and the send
+  write_head(a, true, a.sent_at);
   if (!conn || !call.open(std::move(conn), b_.out, cluster_->tls != nullptr, d_.has_body())) {
     a.failed = true;
     a.failure = core::AttemptFailure::Connect;
@@ -49,11 +50,13 @@ awaitable<void> Exchange::try_endpoint_h2(Attempt& a) {
     co_return;
   }
   a.reused = call.reused();
-  if (continue_due() && !co_await d_.send_continue()) {
-    a.client = BodyRead::Gone;
-    co_return;
+  if (continue_due()) {
+    if (!co_await d_.send_continue()) {
+      a.client = BodyRead::Gone;
+      co_return;
+    }
+    a.sent_at = now();
   }
-  a.sent_at = now();
   arm(std::min(cls_.deadline, a.sent_at + cc.response_timeout), Watchdog::Phase::Upstream);
   if (d_.has_body() && !co_await send_body_h2(a)) co_return;
   a.whole = !d_.has_body() || d_.body_done();
@@ -254,7 +257,7 @@ awaitable<bool> Exchange::relay_response_h2(Attempt& a) {
     fill();
     whole = call.ended() && call.pending().empty();
     trailers = whole && !call.trailers.fields().empty();
-    if (whole) settle(now(), true);
+    if (whole && !settled) settle(now(), true);
     arm(cls_.deadline, Watchdog::Phase::Write);
     if (sink.size() > 0 || !trailers) client_ok = co_await d_.send_body(sink.data(), whole && !trailers);
     if (client_ok && trailers) client_ok = co_await d_.send_trailers(call.trailers, start.strip_inside);
@@ -262,7 +265,7 @@ awaitable<bool> Exchange::relay_response_h2(Attempt& a) {
   }
   sink.clear();
   if (!upstream_ok) note_relay_failure(a);
-  settle(now(), upstream_ok);
+  if (!settled) settle(now(), upstream_ok);
   if (h2_pump_running_) {
     // The body pump uses this exchange: it ends before the exchange does.
     h2_pump_stop_ = true;

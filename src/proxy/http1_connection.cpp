@@ -213,21 +213,20 @@ awaitable<bool> Http1Connection::serve() {
   head_ = false;
   chunked_out_ = false;
   close_after_ = false;
-  body_start_ = now();
-  body_bytes_ = 0;
 
   Reason why = Reason::None;
   const HeadResult head = co_await read_head(why);
   if (head == HeadResult::Closed) co_return false;
-  Exchange ex(w_, *l_, *this, *b_, now());
+  const core::TimePoint start = now();  // the exchange's, and the upload rate's
+  Exchange ex(w_, *l_, *this, *b_, start);
+  body_start_ = start;
+  body_bytes_ = 0;
   if (head == HeadResult::Failed) {
     close_after_ = true;
     co_await ex.refuse(why);
     co_return false;
   }
   b_->watchdog.disarm();
-  body_start_ = now();
-  body_bytes_ = 0;
   const auto& info = b_->req;
   const auto& p = *b_->req_parser;
   keep_alive_ = p.keep_alive();
@@ -374,16 +373,22 @@ awaitable<BodyRead> Http1Connection::read_body() {
 // --- the answer ------------------------------------------------------------------
 
 awaitable<bool> Http1Connection::write(const http::Buffers& bufs) {
+  // Most writes go whole into the socket at once: nothing to wait for, so
+  // no clock read and no deadline.
+  const std::size_t size = asio::buffer_size(bufs);
+  error_code ec;
+  const std::size_t taken = stream_.write_now(bufs, ec);
+  tx_ += taken;
+  if (ec || taken == size) co_return !ec;
   // Within the gap the listener allows, the minimum rate for this write
   // (what the kernel already took does not count as the client reading:
   // each write must drain at the rate), and whatever the exchange armed
   // (its deadline).
   const auto t = now();
-  const std::size_t size = asio::buffer_size(bufs);
   b_->watchdog.arm_at_most(std::min(t + l_->cfg.body_timeout, rate_deadline(t, size)), Watchdog::Phase::Write, *this);
-  auto [ec, n] = co_await stream_.write_all(bufs);
-  tx_ += n;
-  co_return !ec;
+  auto [rec, n] = co_await stream_.write_rest(bufs, taken);
+  tx_ += n - taken;
+  co_return !rec;
 }
 
 awaitable<bool> Http1Connection::send_continue() {

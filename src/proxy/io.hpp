@@ -11,21 +11,34 @@
 
 namespace levee::proxy {
 
-/// Writes all of bufs: inline when the socket takes it (the usual case),
-/// asynchronously for what it does not. An asynchronous write that
-/// completes at once still goes to the back of the handler queue, behind
-/// every other connection's work; the inline attempt skips that trip. The
-/// socket must be in non-blocking mode.
-inline awaitable<std::pair<error_code, std::size_t>> write_all(Socket& s, const http::Buffers& bufs) {
-  const std::size_t total = asio::buffer_size(bufs);
-  error_code ec;
+/// Writes what the socket takes now, without waiting: a full socket is no
+/// error, it takes fewer bytes. An asynchronous write that completes at
+/// once still goes to the back of the handler queue, behind every other
+/// connection's work; writing inline first skips that trip, and when the
+/// socket takes everything (the usual case) the caller needs no coroutine
+/// frame for the write at all. The socket must be in non-blocking mode.
+inline std::size_t write_now(Socket& s, const http::Buffers& bufs, error_code& ec) {
   const std::size_t n = s.write_some(bufs, ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
-  if (ec || n == total) co_return std::pair{ec, n};
+  return n;
+}
+
+/// Writes bufs past their first `done` bytes (what write_now() took),
+/// waiting for the socket. Returns the bytes of bufs written in all.
+inline awaitable<std::pair<error_code, std::size_t>> write_rest(Socket& s, const http::Buffers& bufs, std::size_t done) {
   boost::beast::buffers_suffix<http::Buffers> rest(bufs);
-  rest.consume(n);
-  auto [aec, an] = co_await asio::async_write(s, rest, nothrow);
-  co_return std::pair{aec, n + an};
+  rest.consume(done);
+  auto [ec, n] = co_await asio::async_write(s, rest, nothrow);
+  co_return std::pair{ec, done + n};
+}
+
+/// Writes all of bufs: inline when the socket takes it, waiting for what
+/// it does not.
+inline awaitable<std::pair<error_code, std::size_t>> write_all(Socket& s, const http::Buffers& bufs) {
+  error_code ec;
+  const std::size_t n = write_now(s, bufs, ec);
+  if (ec || n == asio::buffer_size(bufs)) co_return std::pair{ec, n};
+  co_return co_await write_rest(s, bufs, n);
 }
 
 /// A read that does not wait: what the socket holds now. would_block when

@@ -19,6 +19,7 @@
 // are coalesced into records of up to 16 KiB from a per-thread scratch.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -105,6 +106,19 @@ class Stream {
   /// it does not. The socket must be in non-blocking mode.
   awaitable<WriteResult> write_all(const http::Buffers& bufs) {
     if (!ssl_) [[likely]] return proxy::write_all(sock_, bufs);
+    return tls_write_all(bufs);
+  }
+  /// What write_all() does without waiting: the bytes the socket takes now
+  /// (a TLS stream takes none here: its records go out in write_rest()).
+  /// When that is all of bufs, the write needs no coroutine.
+  std::size_t write_now(const http::Buffers& bufs, error_code& ec) {
+    if (!ssl_) [[likely]] return proxy::write_now(sock_, bufs, ec);
+    return 0;
+  }
+  /// The rest of a write after write_now() took `done` bytes of it.
+  awaitable<WriteResult> write_rest(const http::Buffers& bufs, std::size_t done) {
+    if (!ssl_) [[likely]] return proxy::write_rest(sock_, bufs, done);
+    assert(done == 0);
     return tls_write_all(bufs);
   }
 
