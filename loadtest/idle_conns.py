@@ -6,8 +6,8 @@ Each front runs one worker (one process: nginx with `master_process off`)
 in front of an nginx backend (`return 200`). N client connections are
 opened one at a time; each sends one GET, reads its answer and then stays
 open, idle. After the fronts have had 3 s to settle (levee parks a
-connection idle for a second: it gives back its read buffer), the
-front's resident memory is read again:
+connection idle for 100 ms, ending its coroutine, and trims its worker's
+buffer pools every second), the front's resident memory is read again:
 
     bytes per idle connection = (RSS with N idle - RSS before) / N
 

@@ -247,7 +247,7 @@ awaitable<void> Exchange::read_response_head(Attempt& a) {
       // written (Stream::read_later); later ones take a head in pieces.
       Stream::ReadResult r;
       if (got_bytes) r = co_await up_->stream.read_some(buf);
-      else r = co_await up_->stream.read_later(buf);
+      else r = co_await up_->stream.read_later(Stream::BufferSource::of(buf));
       auto [ec, n] = r;
       if (ec) {
         a.failed = true;

@@ -106,8 +106,9 @@ awaitable<void> Http1Connection::run() {
   }
   for (;;) {
     // Between requests: wait for the first bytes of the next one. A hot
-    // connection waits with its read buffer; once parked (idle past a
-    // second) it waits for readability alone and borrows a buffer then.
+    // connection waits in its coroutine; once parked (idle past 100 ms,
+    // kParkAfter) it waits for readability alone, with no coroutine frame.
+    // Either borrows a read buffer only when bytes come.
     if (!in_ || in_->empty()) {
       // A new connection waits for its first request without a buffer
       // (most send at once; one that sends nothing costs nothing).
@@ -119,10 +120,23 @@ awaitable<void> Http1Connection::run() {
       bool got = false;
       for (;;) {
         if (!parked_) {
-          if (!in_) in_ = w_.take_read_buffer();
           // The client is reading the answer just sent: its next request
-          // is not here yet (Stream::read_later).
-          auto [ec, n] = co_await stream_.read_later(in_->prepare());
+          // is not here yet (Stream::read_later). The empty buffer goes
+          // back to the worker's stock meanwhile, and one (the same, under
+          // steady load) is borrowed when bytes come: a burst of requests
+          // on many connections that then go quiet leaves no buffers held.
+          if (in_) w_.put_read_buffer(std::move(in_));
+          auto [ec, n] = co_await stream_.read_later(Stream::BufferSource{
+              this,
+              [](void* p) {
+                auto& c = *static_cast<Http1Connection*>(p);
+                if (!c.in_) c.in_ = c.w_.take_read_buffer();
+                return c.in_->prepare();
+              },
+              [](void* p) {
+                auto& c = *static_cast<Http1Connection*>(p);
+                c.w_.put_read_buffer(std::move(c.in_));
+              }});
           if (!ec) {
             in_->commit(n);
             rx_ += n;

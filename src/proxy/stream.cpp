@@ -113,16 +113,17 @@ awaitable<Stream::ReadResult> Stream::tls_read_some(asio::mutable_buffer b) {
   }
 }
 
-awaitable<Stream::ReadResult> Stream::read_later(asio::mutable_buffer b) {
+awaitable<Stream::ReadResult> Stream::read_later(BufferSource into) {
   cancelled_ = false;
-  if (rd_) co_return co_await read_watched(b);
+  if (rd_) co_return co_await read_watched(into);
   co_await asio::post(sock_.get_executor(), asio::use_awaitable);
   if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
-  if (ssl_) co_return co_await tls_read_some(b);
+  if (ssl_) co_return co_await tls_read_some(into());  // holds the buffer while it waits
   for (;;) {
     error_code ec;
-    const std::size_t n = sock_.read_some(b, ec);
+    const std::size_t n = sock_.read_some(into(), ec);
     if (ec != asio::error::would_block && ec != asio::error::try_again) co_return ReadResult{ec, n};
+    into.empty_read();
     auto [wec] = co_await sock_.async_wait(tcp::socket::wait_read, nothrow);
     if (wec) co_return ReadResult{wec, 0};
     // Readable, yet cancelled before this resumed: the cancel found no
@@ -131,7 +132,7 @@ awaitable<Stream::ReadResult> Stream::read_later(asio::mutable_buffer b) {
   }
 }
 
-awaitable<Stream::ReadResult> Stream::read_watched(asio::mutable_buffer b) {
+awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
   const int fd = sock_.native_handle();
   for (;;) {
     if (!rd_->readable(fd)) {
@@ -140,11 +141,13 @@ awaitable<Stream::ReadResult> Stream::read_watched(asio::mutable_buffer b) {
     }
     // Woken, yet cancelled before this resumed: as in read_later.
     if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
+    const asio::mutable_buffer b = into();
     error_code ec;
     const std::size_t n = sock_.read_some(b, ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       rd_->emptied(fd);  // an edge that came before the bytes did
       rd_->reopened(fd);  // and no close is pending: a closed socket reads 0
+      into.empty_read();
       continue;
     }
     // Less than asked: the socket is empty now; what comes next is a new edge.

@@ -40,6 +40,23 @@ namespace levee::proxy {
 class Stream {
  public:
   using ReadResult = std::tuple<error_code, std::size_t>;
+  /// Where a read's bytes go, asked for only when there are bytes to read:
+  /// an idle connection waits without holding a buffer.
+  struct BufferSource {
+    void* ctx;
+    asio::mutable_buffer (*get)(void* ctx);
+    /// Called when a read found nothing after all, before waiting again:
+    /// the buffer may go back (null: it stays).
+    void (*unused)(void* ctx) = nullptr;
+    asio::mutable_buffer operator()() const { return get(ctx); }
+    void empty_read() const {
+      if (unused) unused(ctx);
+    }
+    /// A buffer the caller already has (it must outlive the read).
+    static BufferSource of(asio::mutable_buffer& b) noexcept {
+      return {&b, [](void* p) { return *static_cast<asio::mutable_buffer*>(p); }};
+    }
+  };
   using WriteResult = std::pair<error_code, std::size_t>;
 
   explicit Stream(Socket s) noexcept : sock_(std::move(s)) {}
@@ -91,8 +108,9 @@ class Stream {
   /// nothing, so no readiness can be missed between the two. A cancel()
   /// during the pass ends it with operation_aborted, as it would a read.
   /// A watched stream (watch()) instead reads when the worker's readiness
-  /// set says the socket is readable, and not before.
-  awaitable<ReadResult> read_later(asio::mutable_buffer b);
+  /// set says the socket is readable, and not before. The buffer is asked
+  /// of `into` only then (a TLS stream asks at once).
+  awaitable<ReadResult> read_later(BufferSource into);
   /// Reads what is there without waiting: would_block when nothing is.
   std::size_t read_now(asio::mutable_buffer b, error_code& ec) {
     if (!ssl_) [[likely]] return sock_.read_some(b, ec);
@@ -183,7 +201,7 @@ class Stream {
 
  private:
   awaitable<ReadResult> tls_read_some(asio::mutable_buffer b);
-  awaitable<ReadResult> read_watched(asio::mutable_buffer b);
+  awaitable<ReadResult> read_watched(BufferSource into);
   void unwatch() noexcept {
     if (rd_) rd_->forget(sock_.native_handle(), this);
     rd_ = nullptr;

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "proxy/allocator.hpp"
 #include "proxy/cluster.hpp"
 #include "proxy/exchange.hpp"
 #include "proxy/listener.hpp"
@@ -21,14 +22,16 @@
 namespace levee::proxy {
 
 namespace {
-/// An idle connection keeps its read buffer and its coroutine this long (a
-/// keep-alive client between quick requests reuses them); after that it
-/// parks without either. Short, so that a burst of requests on many
-/// connections that then go quiet does not leave a buffer for each.
+/// An idle connection keeps its coroutine this long (a keep-alive client
+/// between quick requests reuses it); after that it parks without one.
+/// Short, so that a burst of requests on many connections that then go
+/// quiet does not leave a frame for each. Neither holds a read buffer.
 constexpr core::Duration kParkAfter = std::chrono::milliseconds(100);
 /// Upstream waits longer than this get a watch on their client.
 constexpr core::Duration kWatchAfter = std::chrono::milliseconds(10);
 constexpr core::Duration kSweepInterval = std::chrono::milliseconds(10);
+/// A read buffer as first made; it grows only for a head that does not fit.
+constexpr std::size_t kReadBufferBytes = 4096;
 }  // namespace
 
 Worker::Worker(std::size_t i, std::shared_ptr<Runtime> r, control::AccessLog::Shard& l)
@@ -309,32 +312,43 @@ Fuse& Worker::fuse(Listener& l, const Cluster& c) {
 }
 
 std::unique_ptr<ExchangeBuffers> Worker::take_buffers() {
-  if (buffers_.empty()) return std::make_unique<ExchangeBuffers>(ctx, max_fields_);
-  auto b = std::move(buffers_.back());
-  buffers_.pop_back();
-  return b;
+  if (auto b = buffers_.take()) return b;
+  buffers_.missed();
+  return std::make_unique<ExchangeBuffers>(ctx, max_fields_);
 }
 
 void Worker::put_buffers(std::unique_ptr<ExchangeBuffers> b) {
   if (!b || shutting_down_) return;
   b->reset();
-  // Keep a bounded stock: enough for the usual concurrency, not a leak.
-  if (buffers_.size() < 1024) buffers_.push_back(std::move(b));
+  buffers_.put(std::move(b));
 }
 
 std::unique_ptr<IoBuffer> Worker::take_read_buffer() {
-  if (read_buffers_.empty()) return std::make_unique<IoBuffer>(4096, read_buffer_max_);
-  auto b = std::move(read_buffers_.back());
-  read_buffers_.pop_back();
-  return b;
+  if (auto b = read_buffers_.take()) return b;
+  read_buffers_.missed();
+  return std::make_unique<IoBuffer>(kReadBufferBytes, read_buffer_max_);
 }
 
 void Worker::put_read_buffer(std::unique_ptr<IoBuffer> b) {
   if (!b || shutting_down_) return;
   // A buffer that grew for one large head is not kept at that size.
-  if (b->capacity() > 16 * 1024 || read_buffers_.size() >= 4096) return;
+  if (b->capacity() > 16 * 1024) return;
   b->clear();
-  read_buffers_.push_back(std::move(b));
+  read_buffers_.put(std::move(b));
+}
+
+void Worker::trim_stocks() {
+  // Every request takes scratch, and every read a buffer: neither taken in
+  // a whole interval means the worker had nothing to do.
+  const bool active = buffers_.used() || read_buffers_.used();
+  // What a burst left in the stocks goes back to the allocator. The
+  // scratch's size is estimated: its two 16 KiB body buffers and the rest.
+  const std::size_t freed = read_buffers_.trim() * kReadBufferBytes + buffers_.trim() * 40 * 1024;
+  // On to the system when that is a megabyte or more, and once when the
+  // worker goes quiet: what the allocator cached for the traffic (its
+  // per-thread lists, free pages) is not held through an idle spell.
+  if (freed >= 1024 * 1024 || (was_active_ && !active)) release_free_memory();
+  was_active_ = active;
 }
 
 void Worker::idle(IdleConnection& c, std::size_t slot, core::TimePoint since, bool fresh) {
@@ -402,6 +416,7 @@ void Worker::sweep() {
     h2pool.sweep(t);
     last_pool_sweep_ = t;
     std::erase_if(retired_fuses_, [](const RetiredFuse& r) { return r.fuse->unused(); });
+    trim_stocks();
   }
   arm_sweep();
 }

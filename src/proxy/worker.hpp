@@ -30,6 +30,7 @@
 #include "proxy/fuse.hpp"
 #include "proxy/http2_upstream.hpp"
 #include "proxy/io_buffer.hpp"
+#include "proxy/stock.hpp"
 #include "proxy/timed_list.hpp"
 #include "proxy/upstream.hpp"
 
@@ -171,7 +172,7 @@ class Worker {
 
   struct IdleLists {
     TimedList fresh;   ///< accepted, no request yet: no buffer
-    TimedList hot;     ///< idle after a request, still holding a read buffer
+    TimedList hot;     ///< idle after a request, still in its coroutine
     TimedList parked;  ///< idle past park_after: no buffer
   };
   IdleLists* lists(std::size_t slot);
@@ -197,8 +198,11 @@ class Worker {
   std::vector<Kept> kept_;
   void pin(const Runtime* r) noexcept;
   void unpin(const Runtime* r) noexcept;
-  std::vector<std::unique_ptr<ExchangeBuffers>> buffers_;
-  std::vector<std::unique_ptr<IoBuffer>> read_buffers_;
+  /// Request scratch, and read buffers for connections with bytes to read.
+  Stock<ExchangeBuffers> buffers_{1024};
+  Stock<IoBuffer> read_buffers_{4096};
+  void trim_stocks();
+  bool was_active_ = false;  ///< the stocks were used in the last interval
   std::size_t max_fields_ = 100;
   std::size_t read_buffer_max_ = 80 * 1024;
   std::optional<Timer> sweep_timer_;

@@ -7,7 +7,8 @@
 // be lost). Each case runs twice: on a bare socket, and on one watched by
 // the worker's readiness set (proxy/readiness.hpp), which upstream
 // connections use; the watched one is also checked for what it tells the
-// pool about an idle connection without a syscall. Last, the write split
+// pool about an idle connection without a syscall, and both for holding
+// the caller's buffer only while bytes are read. Last, the write split
 // (write_now, write_rest) both hops use.
 #include <catch2/catch_test_macros.hpp>
 
@@ -49,17 +50,35 @@ struct Pair {
     bool done = false;
     error_code ec;
     std::string bytes;
+    // The buffer, as a connection lends it: asked for when bytes are to be
+    // read, given back when a read found none.
+    char* buf = nullptr;
+    std::size_t n = 0;
+    bool held = false;
+    int lent = 0;
+    Stream::BufferSource source() {
+      return {this,
+              [](void* p) {
+                auto& r = *static_cast<Read*>(p);
+                r.held = true;
+                ++r.lent;
+                return asio::buffer(r.buf, r.n);
+              },
+              [](void* p) { static_cast<Read*>(p)->held = false; }};
+    }
   };
 
   /// Starts read_later; the result lands in r when it completes.
   void start(Read& r, char* buf, std::size_t n) {
     ctx.restart();  // a loop that ran out of work stays stopped until then
+    r.buf = buf;
+    r.n = n;
     asio::co_spawn(
         ctx,
-        [&r, buf, n, this]() -> awaitable<void> {
-          auto [ec, got] = co_await stream->read_later(asio::buffer(buf, n));
+        [&r, this]() -> awaitable<void> {
+          auto [ec, got] = co_await stream->read_later(r.source());
           r.ec = ec;
-          r.bytes.assign(buf, got);
+          r.bytes.assign(r.buf, got);
           r.done = true;
         },
         asio::detached);
@@ -127,6 +146,28 @@ TEST_CASE("read_later wakes for bytes that arrive after it found none", "[stream
   REQUIRE(r.done);
   CHECK(!r.ec);
   CHECK(r.bytes == "late");
+}
+
+TEST_CASE("read_later holds the buffer only while it reads", "[stream]") {
+  // An idle keep-alive connection waits in read_later: it must not keep a
+  // read buffer for the wait, or a burst of requests on many connections
+  // leaves one behind for each (they go back to the worker's stock).
+  const bool watched = GENERATE(false, true);
+  Pair p(watched);
+  if (watched) read_all(p, "response");
+  char buf[64];
+  Pair::Read r;
+  p.start(r, buf, sizeof buf);
+  p.ctx.poll();  // its pass, and for the bare socket a receive that found nothing
+  REQUIRE(!r.done);
+  CHECK(!r.held);
+  // Watched and known empty: not even lent for a receive.
+  if (watched) CHECK(r.lent == 0);
+  asio::write(p.peer, asio::buffer(std::string("next")));
+  p.finish(r);
+  REQUIRE(r.done);
+  CHECK(r.held);  // the bytes are in it: the caller keeps it
+  CHECK(r.bytes == "next");
 }
 
 TEST_CASE("read_later sees a close that came with the last bytes", "[stream]") {

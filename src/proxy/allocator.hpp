@@ -1,0 +1,18 @@
+// Asks the process's allocator to give free memory back to the system.
+// A worker calls it after trimming its stocks freed a burst's buffers
+// (proxy/stock.hpp): without it, both allocators levee runs with keep the
+// freed pages, and the burst's high-water mark stays in the resident set.
+#pragma once
+
+#include <cstddef>
+
+namespace levee::proxy {
+
+/// Returns the calling thread's cached free memory and the allocator's
+/// free pages to the system: tcmalloc's when the process runs with it
+/// (found through the dynamic linker, as the levee binary links it and the
+/// test binaries do not), glibc's malloc_trim() otherwise. A system call
+/// or a few; for the slow path only.
+void release_free_memory() noexcept;
+
+}  // namespace levee::proxy
