@@ -6,23 +6,22 @@
 namespace levee::proxy {
 
 namespace {
-using Fn = void (*)();
 struct Tcmalloc {
-  Fn thread_idle = nullptr;
-  Fn release = nullptr;
+  void (*thread_idle)() = nullptr;
+  void (*release)(std::size_t) = nullptr;
   Tcmalloc() noexcept {
     // gperftools' C interface (gperftools/malloc_extension_c.h).
-    thread_idle = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "MallocExtension_MarkThreadTemporarilyIdle"));
-    release = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"));
+    thread_idle = reinterpret_cast<void (*)()>(::dlsym(RTLD_DEFAULT, "MallocExtension_MarkThreadTemporarilyIdle"));
+    release = reinterpret_cast<void (*)(std::size_t)>(::dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseToSystem"));
   }
 };
 }  // namespace
 
-void release_free_memory() noexcept {
+void release_free_memory(std::size_t bytes) noexcept {
   static const Tcmalloc tc;
   if (tc.release) {
     if (tc.thread_idle) tc.thread_idle();  // the thread's cache back to the central lists
-    tc.release();
+    tc.release(bytes);
     return;
   }
   ::malloc_trim(0);

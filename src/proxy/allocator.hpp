@@ -8,11 +8,12 @@
 
 namespace levee::proxy {
 
-/// Returns the calling thread's cached free memory and the allocator's
-/// free pages to the system: tcmalloc's when the process runs with it
-/// (found through the dynamic linker, as the levee binary links it and the
-/// test binaries do not), glibc's malloc_trim() otherwise. A system call
-/// or a few; for the slow path only.
-void release_free_memory() noexcept;
+/// Returns the calling thread's cached free memory to the allocator's
+/// central lists, and about `bytes` of the allocator's free pages to the
+/// system: tcmalloc's when the process runs with it (found through the
+/// dynamic linker, as the levee binary links it and the test binaries do
+/// not), glibc's malloc_trim() otherwise (which trims whatever it can).
+/// A few system calls; for the slow path only.
+void release_free_memory(std::size_t bytes) noexcept;
 
 }  // namespace levee::proxy

@@ -108,7 +108,8 @@ awaitable<void> Http1Connection::run() {
     // Between requests: wait for the first bytes of the next one. A hot
     // connection waits in its coroutine; once parked (idle past 100 ms,
     // kParkAfter) it waits for readability alone, with no coroutine frame.
-    // Either borrows a read buffer only when bytes come.
+    // Either borrows a read buffer only when bytes come (a hot TLS
+    // connection holds one while it waits: the TLS read needs it).
     if (!in_ || in_->empty()) {
       // A new connection waits for its first request without a buffer
       // (most send at once; one that sends nothing costs nothing).

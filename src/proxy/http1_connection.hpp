@@ -3,13 +3,13 @@
 // each request head, hands the request to an Exchange (to which it is the
 // Downstream), and carries on while the connection may be reused.
 //
-// Between requests it holds no per-request scratch (taken from the
-// worker's pool when bytes arrive) and, once idle for 100 ms (and from the
-// start, before its first request), no read buffer and no coroutine
-// either: it waits for readability with a plain handler and starts run()
-// again when bytes come. What is left of an idle connection is this
-// object, its socket and one pending wait (about 700 bytes in all,
-// loadtest/idle_conns.py).
+// Between requests it holds no per-request scratch and no read buffer
+// (both taken from the worker's stocks when bytes arrive; a TLS connection
+// keeps its buffer until it parks), and once idle for 100 ms (and from the
+// start, before its first request) no coroutine either: it waits for
+// readability with a plain handler and starts run() again when bytes come.
+// What is left of an idle connection is this object, its socket and one
+// pending wait (about 700 bytes in all, loadtest/idle_conns.py).
 #pragma once
 
 #include <memory>

@@ -28,13 +28,8 @@ class Stock {
     auto p = std::move(items_.back());
     items_.pop_back();
     low_ = std::min(low_, items_.size());
-    used_ = true;
     return p;
   }
-  /// Counts a take() that found the stock empty (the caller made one).
-  void missed() noexcept { used_ = true; }
-  /// Whether anything was taken since the last trim.
-  bool used() const noexcept { return used_; }
   /// Keeps p for reuse, unless the stock is full (p is then freed).
   void put(std::unique_ptr<T> p) {
     if (p && items_.size() < cap_) items_.push_back(std::move(p));
@@ -46,7 +41,6 @@ class Stock {
     items_.erase(items_.begin(), items_.begin() + static_cast<std::ptrdiff_t>(n));
     if (items_.capacity() > 64 && items_.size() < items_.capacity() / 4) items_.shrink_to_fit();
     low_ = items_.size();
-    used_ = false;
     return n;
   }
   void clear() noexcept {
@@ -59,7 +53,6 @@ class Stock {
   std::vector<std::unique_ptr<T>> items_;
   std::size_t cap_;
   std::size_t low_ = 0;  ///< the fewest items held since the last trim
-  bool used_ = false;
 };
 
 }  // namespace levee::proxy

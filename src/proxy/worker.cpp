@@ -25,7 +25,8 @@ namespace {
 /// An idle connection keeps its coroutine this long (a keep-alive client
 /// between quick requests reuses it); after that it parks without one.
 /// Short, so that a burst of requests on many connections that then go
-/// quiet does not leave a frame for each. Neither holds a read buffer.
+/// quiet does not leave a frame for each. A cleartext one holds no read
+/// buffer either way; a TLS one gives its buffers back when it parks.
 constexpr core::Duration kParkAfter = std::chrono::milliseconds(100);
 /// Upstream waits longer than this get a watch on their client.
 constexpr core::Duration kWatchAfter = std::chrono::milliseconds(10);
@@ -313,7 +314,6 @@ Fuse& Worker::fuse(Listener& l, const Cluster& c) {
 
 std::unique_ptr<ExchangeBuffers> Worker::take_buffers() {
   if (auto b = buffers_.take()) return b;
-  buffers_.missed();
   return std::make_unique<ExchangeBuffers>(ctx, max_fields_);
 }
 
@@ -325,7 +325,6 @@ void Worker::put_buffers(std::unique_ptr<ExchangeBuffers> b) {
 
 std::unique_ptr<IoBuffer> Worker::take_read_buffer() {
   if (auto b = read_buffers_.take()) return b;
-  read_buffers_.missed();
   return std::make_unique<IoBuffer>(kReadBufferBytes, read_buffer_max_);
 }
 
@@ -338,17 +337,13 @@ void Worker::put_read_buffer(std::unique_ptr<IoBuffer> b) {
 }
 
 void Worker::trim_stocks() {
-  // Every request takes scratch, and every read a buffer: neither taken in
-  // a whole interval means the worker had nothing to do.
-  const bool active = buffers_.used() || read_buffers_.used();
-  // What a burst left in the stocks goes back to the allocator. The
-  // scratch's size is estimated: its two 16 KiB body buffers and the rest.
+  // What a burst left in the stocks goes back to the allocator, and on to
+  // the system when that is a megabyte or more (as much as was freed: the
+  // allocator's pages are the whole process's, and other workers are busy
+  // with theirs). The scratch's size is estimated: its two 16 KiB body
+  // buffers and the rest.
   const std::size_t freed = read_buffers_.trim() * kReadBufferBytes + buffers_.trim() * 40 * 1024;
-  // On to the system when that is a megabyte or more, and once when the
-  // worker goes quiet: what the allocator cached for the traffic (its
-  // per-thread lists, free pages) is not held through an idle spell.
-  if (freed >= 1024 * 1024 || (was_active_ && !active)) release_free_memory();
-  was_active_ = active;
+  if (freed >= 1024 * 1024) release_free_memory(freed);
 }
 
 void Worker::idle(IdleConnection& c, std::size_t slot, core::TimePoint since, bool fresh) {

@@ -172,7 +172,7 @@ class Worker {
 
   struct IdleLists {
     TimedList fresh;   ///< accepted, no request yet: no buffer
-    TimedList hot;     ///< idle after a request, still in its coroutine
+    TimedList hot;     ///< idle after a request, still in its coroutine (TLS: with its buffers)
     TimedList parked;  ///< idle past park_after: no buffer
   };
   IdleLists* lists(std::size_t slot);
@@ -202,7 +202,6 @@ class Worker {
   Stock<ExchangeBuffers> buffers_{1024};
   Stock<IoBuffer> read_buffers_{4096};
   void trim_stocks();
-  bool was_active_ = false;  ///< the stocks were used in the last interval
   std::size_t max_fields_ = 100;
   std::size_t read_buffer_max_ = 80 * 1024;
   std::optional<Timer> sweep_timer_;
