@@ -43,6 +43,13 @@ struct ResponseStart {
   bool strip_inside = false;             ///< an untrusted client: no load report, no Server (http::is_inside_field)
 };
 
+/// What a send did before it returned.
+enum class Sent : std::uint8_t {
+  Done,     ///< all of it is with the transport
+  Failed,   ///< the client is gone, or its stream broke
+  Pending,  ///< the rest goes out in finish_send(), which the caller awaits next
+};
+
 /// Told when the client goes away while the exchange is not reading from it.
 class ClientWatch {
  public:
@@ -68,16 +75,23 @@ class Downstream {
   /// "100 Continue": the client may send its body now.
   virtual awaitable<bool> send_continue() = 0;
   /// The response head, with `first` (a first piece of body) in the same
-  /// write; `last`: nothing follows.
-  virtual awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) = 0;
-  virtual awaitable<bool> send_body(std::string_view piece, bool last) = 0;
+  /// write; `last`: nothing follows. Not a coroutine: what the transport
+  /// takes at once (an HTTP/1.1 answer, usually all of it) costs no
+  /// coroutine frame; on Pending the caller awaits finish_send().
+  virtual Sent send_response(const ResponseStart& r, std::string_view first, bool last) = 0;
+  /// More of the body, as send_response() sends it.
+  virtual Sent send_body(std::string_view piece, bool last) = 0;
+  /// The rest of the last send that returned Pending. True: all sent.
+  virtual awaitable<bool> finish_send() = 0;
   /// The end of the body with the upstream's trailer fields. HTTP/2
   /// carries them (a gRPC status is there); HTTP/1.1 leaves them out.
   /// strip_inside: an untrusted client gets no load report among them.
   virtual awaitable<bool> send_trailers(const http::Head& trailers, bool strip_inside) {
     (void)trailers;
     (void)strip_inside;
-    co_return co_await send_body({}, true);
+    const Sent s = send_body({}, true);
+    if (s != Sent::Pending) co_return s == Sent::Done;
+    co_return co_await finish_send();
   }
   /// An answer levee makes itself.
   virtual awaitable<bool> send_local(http::LocalReply& r) = 0;

@@ -151,32 +151,38 @@ awaitable<bool> Exchange::run() {
     }
     b_.watchdog.disarm();
   }
-  if (!co_await admit()) co_return answered_keep_;
+  // Most requests pass every gate at once: no coroutine for admission.
+  if (const Gate g = admit_now(); g != Gate::Passed && !co_await admit_rest(g)) co_return answered_keep_;
   co_return co_await forward();
 }
 
-awaitable<bool> Exchange::admit() {
+Exchange::Gate Exchange::admit_now() {
   auto& m = *rt_.metrics;
-  const std::size_t ci = cluster_->index;
-  const std::size_t crit = core::index(cls_.criticality);
-
   // Gate 1: self-protection, from what the load sampler last published.
-  const core::Verdict v1 = core::screen(rt_.self_protection, rt_.load_levels(), cls_.criticality);
-  if (v1.dry_run != Reason::None) m.dry_run.inc(w_.index, m.dry_run.index({ci, static_cast<std::size_t>(v1.dry_run), crit}));
-  if (v1.rejected()) {
-    answered_keep_ = co_await reject(v1.decision);
-    co_return false;
-  }
+  held_ = core::screen(rt_.self_protection, rt_.load_levels(), cls_.criticality);
+  if (held_.dry_run != Reason::None)
+    m.dry_run.inc(w_.index, m.dry_run.index({cluster_->index, static_cast<std::size_t>(held_.dry_run),
+                                             core::index(cls_.criticality)}));
+  if (held_.rejected()) return Gate::Refused;
   w_.screened(cls_.criticality, rec_.start);
 
   // A slot of the fuse first, so that batch requests waiting for one of its
   // few connections hold no cluster permit.
   if (l_.batch() || route_->fuse) {
     Fuse& f = w_.fuse(l_, *cluster_);
-    if (f.try_acquire(*cluster_)) fuse_ = FuseSlot(f);
-    else if (!co_await wait_for_fuse(f)) co_return false;
+    if (!f.try_acquire(*cluster_)) {
+      fuse_wait_ = &f;
+      return Gate::Fuse;
+    }
+    fuse_ = FuseSlot(f);
   }
+  return cluster_gates();
+}
 
+Exchange::Gate Exchange::cluster_gates() {
+  auto& m = *rt_.metrics;
+  const std::size_t ci = cluster_->index;
+  const std::size_t crit = core::index(cls_.criticality);
   // Gates 2-4, in one call under the cluster's lock.
   core::Arrival a;
   a.criticality = cls_.criticality;
@@ -185,19 +191,30 @@ awaitable<bool> Exchange::admit() {
   a.now = rec_.start;
   a.deadline = cls_.deadline;
   a.u = w_.rng.uniform();
-  const core::Verdict v = cluster_->admit(a, *this);
-  if (v.dry_run != Reason::None) m.dry_run.inc(w_.index, m.dry_run.index({ci, static_cast<std::size_t>(v.dry_run), crit}));
-  if (v.rejected()) {
-    answered_keep_ = co_await reject(v.decision);
+  held_ = cluster_->admit(a, *this);
+  if (held_.dry_run != Reason::None) m.dry_run.inc(w_.index, m.dry_run.index({ci, static_cast<std::size_t>(held_.dry_run), crit}));
+  if (held_.rejected()) return Gate::Refused;
+  if (held_.queued()) return Gate::Queued;
+  if (held_.permit) permit_ = Permit(cluster_);
+  in_flight_at_start_ = held_.in_flight;
+  m.admitted.inc(w_.index, m.admitted.index({ci, crit, cls_.tenant}));
+  return Gate::Passed;
+}
+
+awaitable<bool> Exchange::admit_rest(Gate g) {
+  if (g == Gate::Fuse) {
+    if (!co_await wait_for_fuse(*fuse_wait_)) co_return false;
+    g = cluster_gates();
+  }
+  if (g == Gate::Refused) {
+    answered_keep_ = co_await reject(held_.decision);
     co_return false;
   }
-  if (v.queued()) {
-    if (!co_await wait_in_queue(v.ticket, v.expires)) co_return false;
-  } else {
-    if (v.permit) permit_ = Permit(cluster_);
-    in_flight_at_start_ = v.in_flight;
+  if (g == Gate::Queued) {
+    if (!co_await wait_in_queue(held_.ticket, held_.expires)) co_return false;
+    auto& m = *rt_.metrics;
+    m.admitted.inc(w_.index, m.admitted.index({cluster_->index, core::index(cls_.criticality), cls_.tenant}));
   }
-  m.admitted.inc(w_.index, m.admitted.index({ci, crit, cls_.tenant}));
   co_return true;
 }
 
@@ -474,10 +491,11 @@ void Exchange::note_relay_failure(const Attempt& a) {
 }
 
 awaitable<bool> Exchange::relay(Attempt& a) {
-  // (Not a conditional expression of two awaitables: GCC 12 destroys such
-  // temporaries twice.)
-  if (call_upstream()) co_return co_await relay_response_h2(a);
-  co_return co_await relay_response(a);
+  // Not a coroutine: the caller awaits the chosen one directly, with no
+  // frame between. (Not a conditional expression of two awaitables: GCC 12
+  // destroys such temporaries twice.)
+  if (call_upstream()) return relay_response_h2(a);
+  return relay_response(a);
 }
 
 }  // namespace levee::proxy

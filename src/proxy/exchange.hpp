@@ -21,6 +21,7 @@
 #include <memory>
 #include <string_view>
 
+#include "core/admission.hpp"
 #include "core/classify.hpp"
 #include "core/decision.hpp"
 #include "core/queue_gate.hpp"
@@ -66,8 +67,21 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   bool shed_for_own_load() const noexcept;
 
  private:
-  /// Gate 1, the fuse, gates 2-4 and the queue wait. False: answered.
-  awaitable<bool> admit();
+  /// What admission decided without waiting.
+  enum class Gate : std::uint8_t {
+    Passed,   ///< admitted (a permit held when the limit gave one)
+    Refused,  ///< held_.decision is the answer
+    Fuse,     ///< no slot of fuse_wait_ free: wait for one, then the cluster's gates
+    Queued,   ///< held_.ticket waits in the cluster's queue
+  };
+  /// Gate 1, the fuse's slot and gates 2-4, as far as they go without
+  /// waiting. Not a coroutine: most requests pass here.
+  Gate admit_now();
+  /// Gates 2-4, in one call under the cluster's lock.
+  Gate cluster_gates();
+  /// The rest of admission: the refusal, the fuse's wait, the queue wait.
+  /// False: answered.
+  awaitable<bool> admit_rest(Gate g);
   awaitable<bool> wait_for_fuse(Fuse& f);
   awaitable<bool> wait_in_queue(core::QueueGate::Ticket t, core::TimePoint expires);
   /// Attempts and the response.
@@ -143,6 +157,8 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   H2Call* call_ = nullptr;  ///< the HTTP/2 attempt's stream (in b_), when the cluster speaks http2
   AdmissionWait wait_;
   core::QueueGate::Wake wake_{};
+  core::Verdict held_{};        ///< admission's verdict, for admit_rest()
+  Fuse* fuse_wait_ = nullptr;   ///< the fuse admit_now() found full
   std::uint32_t in_flight_at_start_ = 0;
   bool client_gone_ = false;
   bool sent_continue_ = false;

@@ -14,6 +14,7 @@
 
 #include "core/net.hpp"
 
+#include "http/framing.hpp"
 #include "http/h2_reply.hpp"
 #include "http/message.hpp"
 #include "http/parser.hpp"
@@ -43,6 +44,11 @@ struct ExchangeBuffers {
   http::ResponseInfo resp;
   http::BodySink resp_body;
   std::string out;  ///< the head being written (either direction)
+  /// The write to the client in progress (HTTP/1.1): its pieces, the
+  /// chunk header among them, and what the socket took at once.
+  http::Buffers out_bufs;
+  char chunk_head[24];
+  std::size_t out_taken = 0;
   std::optional<http::RequestParser> req_parser;    ///< HTTP/1.1 downstream
   std::optional<http::ResponseParser> resp_parser;  ///< HTTP/1.1 upstream
   Watchdog watchdog;

@@ -322,7 +322,10 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
   // Writing the answer counts against the request's deadline too (the
   // connection adds its own gap and minimum-rate limits).
   arm(cls_.deadline, Watchdog::Phase::Write);
-  bool client_ok = co_await d_.send_response(start, sink.data(), last_sent);
+  // A send the socket takes whole needs no coroutine (Downstream::Sent).
+  Sent sent = d_.send_response(start, sink.data(), last_sent);
+  bool client_ok = sent == Sent::Done;
+  if (sent == Sent::Pending) client_ok = co_await d_.finish_send();
   sink.clear();
   bool upstream_ok = true;
   while (client_ok && !rp.is_done()) {
@@ -339,7 +342,9 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
         if (rp.is_done() && !settled) settle(now(), true);
         last_sent = rp.is_done();
         arm(cls_.deadline, Watchdog::Phase::Write);
-        client_ok = co_await d_.send_body(sink.data(), last_sent);
+        sent = d_.send_body(sink.data(), last_sent);
+        client_ok = sent == Sent::Done;
+        if (sent == Sent::Pending) client_ok = co_await d_.finish_send();
         sink.clear();
         continue;
       }
@@ -368,7 +373,9 @@ awaitable<bool> Exchange::relay_response(Attempt& a) {
   if (complete && !settled) settle(now(), true);
   if (client_ok && complete && !last_sent) {
     arm(cls_.deadline, Watchdog::Phase::Write);
-    client_ok = co_await d_.send_body({}, true);
+    sent = d_.send_body({}, true);
+    client_ok = sent == Sent::Done;
+    if (sent == Sent::Pending) client_ok = co_await d_.finish_send();
   }
   if (!upstream_ok) note_relay_failure(a);
   if (!settled) settle(now(), upstream_ok);

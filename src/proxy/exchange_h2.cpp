@@ -240,7 +240,9 @@ awaitable<bool> Exchange::relay_response_h2(Attempt& a) {
   bool trailers = whole && !call.trailers.fields().empty();
   if (whole) settle(a.head_at, true);
   arm(cls_.deadline, Watchdog::Phase::Write);
-  bool client_ok = co_await d_.send_response(start, sink.data(), (whole && !trailers) || start.no_body);
+  Sent sent = d_.send_response(start, sink.data(), (whole && !trailers) || start.no_body);
+  bool client_ok = sent == Sent::Done;
+  if (sent == Sent::Pending) client_ok = co_await d_.finish_send();
   if (client_ok && trailers && !start.no_body) client_ok = co_await d_.send_trailers(call.trailers, start.strip_inside);
   bool upstream_ok = true;
   bool done = whole || start.no_body;
@@ -259,7 +261,11 @@ awaitable<bool> Exchange::relay_response_h2(Attempt& a) {
     trailers = whole && !call.trailers.fields().empty();
     if (whole && !settled) settle(now(), true);
     arm(cls_.deadline, Watchdog::Phase::Write);
-    if (sink.size() > 0 || !trailers) client_ok = co_await d_.send_body(sink.data(), whole && !trailers);
+    if (sink.size() > 0 || !trailers) {
+      sent = d_.send_body(sink.data(), whole && !trailers);
+      client_ok = sent == Sent::Done;
+      if (sent == Sent::Pending) client_ok = co_await d_.finish_send();
+    }
     if (client_ok && trailers) client_ok = co_await d_.send_trailers(call.trailers, start.strip_inside);
     done = whole;
   }

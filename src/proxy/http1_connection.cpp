@@ -229,8 +229,13 @@ awaitable<bool> Http1Connection::serve() {
   chunked_out_ = false;
   close_after_ = false;
 
+  // The head is usually whole in what the connection read already: parsed
+  // here, with no coroutine; read_head() waits for the rest of it.
   Reason why = Reason::None;
-  const HeadResult head = co_await read_head(why);
+  start_head();
+  HeadResult head;
+  if (const auto parsed = parse_head(why)) head = *parsed;
+  else head = co_await read_head(why);
   if (head == HeadResult::Closed) co_return false;
   const core::TimePoint start = now();  // the exchange's, and the upload rate's
   Exchange ex(w_, *l_, *this, *b_, start);
@@ -277,40 +282,47 @@ awaitable<bool> Http1Connection::serve() {
   co_return ok && keep_alive_ && !close_after_ && b_->req_parser->is_done();
 }
 
-awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
+void Http1Connection::start_head() {
   auto& b = *b_;
   b.req_head.set_max_fields(l_->cfg.max_headers);
   b.req_parser.emplace(b.req_head, b.req, b.req_body, w_.rt->rewrite_names.request_id);
-  auto& p = *b.req_parser;
-  p.header_limit(l_->cfg.max_header_bytes);
+  b.req_parser->header_limit(l_->cfg.max_header_bytes);
   b.watchdog.arm(now() + l_->cfg.header_timeout, Watchdog::Phase::Header, *this);
-  for (;;) {
-    if (!in_->empty()) {
-      error_code ec;
-      const std::size_t n = p.put(in_->cbuf(), ec);
-      in_->consume(n);
-      if (p.is_header_done()) {
-        if (ec && ec != beast_http::error::need_buffer && ec != beast_http::error::need_more) {
-          why = Reason::BadRequest;
-          co_return HeadResult::Failed;
-        }
-        co_return HeadResult::Ok;
-      }
-      if (ec == beast_http::error::header_limit) {
-        // Which limit: a request line longer than its own limit is a 414;
-        // anything else (a large field, too many fields) is a 431.
-        const auto v = in_->view();
-        const auto eol = v.find("\r\n");
-        const bool long_line = b.req.method_str.empty() && !b.req.too_many_fields &&
-                               (eol == std::string_view::npos ? v.size() : eol) > l_->cfg.max_request_line;
-        why = long_line ? Reason::UriTooLong : Reason::HeaderTooLarge;
-        co_return HeadResult::Failed;
-      }
-      if (ec && ec != beast_http::error::need_more) {
-        why = Reason::BadRequest;
-        co_return HeadResult::Failed;
-      }
+}
+
+std::optional<Http1Connection::HeadResult> Http1Connection::parse_head(Reason& why) {
+  if (in_->empty()) return std::nullopt;
+  auto& b = *b_;
+  auto& p = *b.req_parser;
+  error_code ec;
+  const std::size_t n = p.put(in_->cbuf(), ec);
+  in_->consume(n);
+  if (p.is_header_done()) {
+    if (ec && ec != beast_http::error::need_buffer && ec != beast_http::error::need_more) {
+      why = Reason::BadRequest;
+      return HeadResult::Failed;
     }
+    return HeadResult::Ok;
+  }
+  if (ec == beast_http::error::header_limit) {
+    // Which limit: a request line longer than its own limit is a 414;
+    // anything else (a large field, too many fields) is a 431.
+    const auto v = in_->view();
+    const auto eol = v.find("\r\n");
+    const bool long_line = b.req.method_str.empty() && !b.req.too_many_fields &&
+                           (eol == std::string_view::npos ? v.size() : eol) > l_->cfg.max_request_line;
+    why = long_line ? Reason::UriTooLong : Reason::HeaderTooLarge;
+    return HeadResult::Failed;
+  }
+  if (ec && ec != beast_http::error::need_more) {
+    why = Reason::BadRequest;
+    return HeadResult::Failed;
+  }
+  return std::nullopt;
+}
+
+awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
+  for (;;) {
     auto buf = in_->prepare();
     if (buf.size() == 0) {
       why = Reason::HeaderTooLarge;
@@ -318,7 +330,7 @@ awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
     }
     auto [ec, n] = co_await stream_.read_some(buf);
     if (ec) {
-      if (b.watchdog.expired()) {
+      if (b_->watchdog.expired()) {
         why = Reason::RequestTimeout;
         co_return HeadResult::Failed;
       }
@@ -326,6 +338,7 @@ awaitable<Http1Connection::HeadResult> Http1Connection::read_head(Reason& why) {
     }
     in_->commit(n);
     rx_ += n;
+    if (const auto head = parse_head(why)) co_return *head;
   }
 }
 
@@ -387,33 +400,44 @@ awaitable<BodyRead> Http1Connection::read_body() {
 
 // --- the answer ------------------------------------------------------------------
 
-awaitable<bool> Http1Connection::write(const http::Buffers& bufs) {
+Sent Http1Connection::put() {
   // Most writes go whole into the socket at once: nothing to wait for, so
-  // no clock read and no deadline.
-  const std::size_t size = asio::buffer_size(bufs);
+  // no coroutine, no clock read and no deadline.
   error_code ec;
-  const std::size_t taken = stream_.write_now(bufs, ec);
+  const std::size_t taken = stream_.write_now(b_->out_bufs, ec);
   tx_ += taken;
-  if (ec || taken == size) co_return !ec;
+  b_->out_taken = taken;
+  if (ec) return Sent::Failed;
+  return taken == asio::buffer_size(b_->out_bufs) ? Sent::Done : Sent::Pending;
+}
+
+awaitable<bool> Http1Connection::finish_send() {
   // Within the gap the listener allows, the minimum rate for this write
   // (what the kernel already took does not count as the client reading:
   // each write must drain at the rate), and whatever the exchange armed
   // (its deadline).
   const auto t = now();
+  const std::size_t size = asio::buffer_size(b_->out_bufs);
   b_->watchdog.arm_at_most(std::min(t + l_->cfg.body_timeout, rate_deadline(t, size)), Watchdog::Phase::Write, *this);
-  auto [rec, n] = co_await stream_.write_rest(bufs, taken);
-  tx_ += n - taken;
-  co_return !rec;
+  auto [ec, n] = co_await stream_.write_rest(b_->out_bufs, b_->out_taken);
+  tx_ += n - b_->out_taken;
+  co_return !ec;
+}
+
+awaitable<bool> Http1Connection::write() {
+  const Sent s = put();
+  if (s != Sent::Pending) co_return s == Sent::Done;
+  co_return co_await finish_send();
 }
 
 awaitable<bool> Http1Connection::send_continue() {
   static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-  http::Buffers bufs;
-  bufs.push(asio::buffer(cont));
-  co_return co_await write(bufs);
+  b_->out_bufs.clear();
+  b_->out_bufs.push(asio::buffer(cont));
+  co_return co_await write();
 }
 
-awaitable<bool> Http1Connection::send_response(const ResponseStart& r, std::string_view first, bool last) {
+Sent Http1Connection::send_response(const ResponseStart& r, std::string_view first, bool last) {
   const auto& info = b_->req;
   const bool ver10 = info.version == 10;
   const auto& rt = *w_.rt;
@@ -446,23 +470,21 @@ awaitable<bool> Http1Connection::send_response(const ResponseStart& r, std::stri
   auto& out = b_->out;
   out.clear();
   http::write_downstream_head(out, d);
-  http::Buffers bufs;
-  char chunk_head[24];
-  bufs.push(asio::buffer(out));
+  b_->out_bufs.clear();
+  b_->out_bufs.push(asio::buffer(out));
   if (!r.no_body) {
-    bufs.push_body(asio::buffer(first), chunked_out_, chunk_head);
-    if (last && chunked_out_) bufs.push_last_chunk();
+    b_->out_bufs.push_body(asio::buffer(first), chunked_out_, b_->chunk_head);
+    if (last && chunked_out_) b_->out_bufs.push_last_chunk();
   }
-  co_return co_await write(bufs);
+  return put();
 }
 
-awaitable<bool> Http1Connection::send_body(std::string_view piece, bool last) {
-  http::Buffers bufs;
-  char chunk_head[24];
-  bufs.push_body(asio::buffer(piece), chunked_out_, chunk_head);
-  if (last && chunked_out_) bufs.push_last_chunk();
-  if (bufs.empty()) co_return true;
-  co_return co_await write(bufs);
+Sent Http1Connection::send_body(std::string_view piece, bool last) {
+  b_->out_bufs.clear();
+  b_->out_bufs.push_body(asio::buffer(piece), chunked_out_, b_->chunk_head);
+  if (last && chunked_out_) b_->out_bufs.push_last_chunk();
+  if (b_->out_bufs.empty()) return Sent::Done;
+  return put();
 }
 
 awaitable<bool> Http1Connection::send_local(http::LocalReply& r) {
@@ -486,9 +508,9 @@ awaitable<bool> Http1Connection::send_local(http::LocalReply& r) {
   auto& out = b_->out;
   out.clear();
   http::write_http1(out, r);
-  http::Buffers bufs;
-  bufs.push(asio::buffer(out));
-  const bool ok = co_await write(bufs);
+  b_->out_bufs.clear();
+  b_->out_bufs.push(asio::buffer(out));
+  const bool ok = co_await write();
   co_return ok && !r.close;
 }
 

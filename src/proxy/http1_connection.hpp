@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "http/framing.hpp"
 #include "proxy/asio.hpp"
@@ -50,8 +51,9 @@ class Http1Connection final : public Downstream,
   bool body_done() const noexcept override;
   awaitable<BodyRead> read_body() override;
   awaitable<bool> send_continue() override;
-  awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) override;
-  awaitable<bool> send_body(std::string_view piece, bool last) override;
+  Sent send_response(const ResponseStart& r, std::string_view first, bool last) override;
+  Sent send_body(std::string_view piece, bool last) override;
+  awaitable<bool> finish_send() override;
   awaitable<bool> send_local(http::LocalReply& r) override;
   void watch(ClientWatch& w) override;
   void unwatch() noexcept override;
@@ -67,8 +69,17 @@ class Http1Connection final : public Downstream,
 
   /// Waits for the first bytes of the next request. False: close.
   awaitable<bool> serve();
+  /// A new parser for the next request, and its header timeout.
+  void start_head();
+  /// Parses what was read: the head's outcome, or nothing while it is
+  /// incomplete.
+  std::optional<HeadResult> parse_head(core::Reason& why);
+  /// Reads until parse_head() has an outcome.
   awaitable<HeadResult> read_head(core::Reason& why);
-  awaitable<bool> write(const http::Buffers& bufs);
+  /// Sends b_->out_bufs: what the socket takes at once, without waiting.
+  Sent put();
+  /// put(), then finish_send() when it was not all.
+  awaitable<bool> write();
   awaitable<void> lingering_close();
   /// An HTTP/2 client (ALPN h2, or the cleartext preface): hands the
   /// connection to an Http2Connection (proxy/http2_connection.cpp). True: gone.

@@ -189,8 +189,8 @@ awaitable<bool> H2Stream::send_piece() {
   }
 }
 
-awaitable<bool> H2Stream::submit(const http::H2Fields& fields, bool with_body) {
-  if (closed_ || c_.closed_) co_return false;
+Sent H2Stream::submit(const http::H2Fields& fields, bool with_body) {
+  if (closed_ || c_.closed_) return Sent::Failed;
   const auto nv = name_values(fields);
   response_started_ = true;
   nghttp2_data_provider prd{};
@@ -202,12 +202,11 @@ awaitable<bool> H2Stream::submit(const http::H2Fields& fields, bool with_body) {
   if (!with_body) response_done_ = true;
   const int rv = nghttp2_submit_response(c_.s_, id_, nv.data(), nv.size(), with_body ? &prd : nullptr);
   c_.kick();
-  if (rv != 0) co_return false;
-  if (!with_body) co_return true;
-  co_return co_await send_piece();
+  if (rv != 0) return Sent::Failed;
+  return with_body ? Sent::Pending : Sent::Done;
 }
 
-awaitable<bool> H2Stream::send_response(const ResponseStart& r, std::string_view first, bool last) {
+Sent H2Stream::send_response(const ResponseStart& r, std::string_view first, bool last) {
   const auto& names = c_.w_.rt->rewrite_names;
   const auto& fields = r.head.fields();
   auto& out = b_->h2_fields;
@@ -234,20 +233,22 @@ awaitable<bool> H2Stream::send_response(const ResponseStart& r, std::string_view
   piece_off_ = 0;
   piece_last_ = last;
   piece_written_ = false;
-  co_return co_await submit(out, !r.no_body);
+  return submit(out, !r.no_body);
 }
 
-awaitable<bool> H2Stream::send_body(std::string_view piece, bool last) {
-  if (closed_ || c_.closed_) co_return false;
-  if (piece.empty() && !last) co_return true;
+Sent H2Stream::send_body(std::string_view piece, bool last) {
+  if (closed_ || c_.closed_) return Sent::Failed;
+  if (piece.empty() && !last) return Sent::Done;
   piece_ = piece;
   piece_off_ = 0;
   piece_last_ = last;
   piece_written_ = false;
   nghttp2_session_resume_data(c_.s_, id_);
   c_.kick();
-  co_return co_await send_piece();
+  return Sent::Pending;
 }
+
+awaitable<bool> H2Stream::finish_send() { return send_piece(); }
 
 awaitable<bool> H2Stream::send_continue() {
   // An informational HEADERS frame: the client may send its body now.
@@ -288,7 +289,9 @@ awaitable<bool> H2Stream::send_local(http::LocalReply& r) {
   piece_off_ = 0;
   piece_last_ = true;
   piece_written_ = false;
-  co_return co_await submit(b_->h2_fields, !b_->local_body.empty());
+  const Sent sent = submit(b_->h2_fields, !b_->local_body.empty());
+  if (sent != Sent::Pending) co_return sent == Sent::Done;
+  co_return co_await send_piece();
 }
 
 // --- the client's presence ------------------------------------------------------

@@ -51,8 +51,9 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   bool body_done() const noexcept override { return end_in_ && in_.empty(); }
   awaitable<BodyRead> read_body() override;
   awaitable<bool> send_continue() override;
-  awaitable<bool> send_response(const ResponseStart& r, std::string_view first, bool last) override;
-  awaitable<bool> send_body(std::string_view piece, bool last) override;
+  Sent send_response(const ResponseStart& r, std::string_view first, bool last) override;
+  Sent send_body(std::string_view piece, bool last) override;
+  awaitable<bool> finish_send() override;
   awaitable<bool> send_trailers(const http::Head& trailers, bool strip_inside) override;
   awaitable<bool> send_local(http::LocalReply& r) override;
   void watch(ClientWatch& w) override;
@@ -89,7 +90,7 @@ class H2Stream final : public Downstream, public Watchdog::Target {
   awaitable<bool> send_piece();
   /// When the n-th byte from `start` is due at the listener's minimum rate.
   core::TimePoint rate_deadline(core::TimePoint start, std::uint64_t bytes) const noexcept;
-  awaitable<bool> submit(const http::H2Fields& fields, bool with_body);
+  Sent submit(const http::H2Fields& fields, bool with_body);
   void format_client();
 
   Http2Connection& c_;

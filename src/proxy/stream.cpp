@@ -113,9 +113,7 @@ awaitable<Stream::ReadResult> Stream::tls_read_some(asio::mutable_buffer b) {
   }
 }
 
-awaitable<Stream::ReadResult> Stream::read_later(BufferSource into) {
-  cancelled_ = false;
-  if (rd_) co_return co_await read_watched(into);
+awaitable<Stream::ReadResult> Stream::read_unwatched(BufferSource into) {
   co_await asio::post(sock_.get_executor(), asio::use_awaitable);
   if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
   if (ssl_) co_return co_await tls_read_some(into());  // holds the buffer while it waits

@@ -110,7 +110,12 @@ class Stream {
   /// A watched stream (watch()) instead reads when the worker's readiness
   /// set says the socket is readable, and not before. The buffer is asked
   /// of `into` only then (a TLS stream asks at once).
-  awaitable<ReadResult> read_later(BufferSource into);
+  awaitable<ReadResult> read_later(BufferSource into) {
+    cancelled_ = false;
+    // The watched case is the other coroutine itself: no frame between.
+    if (rd_) [[likely]] return read_watched(into);
+    return read_unwatched(into);
+  }
   /// Reads what is there without waiting: would_block when nothing is.
   std::size_t read_now(asio::mutable_buffer b, error_code& ec) {
     if (!ssl_) [[likely]] return sock_.read_some(b, ec);
@@ -202,6 +207,7 @@ class Stream {
  private:
   awaitable<ReadResult> tls_read_some(asio::mutable_buffer b);
   awaitable<ReadResult> read_watched(BufferSource into);
+  awaitable<ReadResult> read_unwatched(BufferSource into);
   void unwatch() noexcept {
     if (rd_) rd_->forget(sock_.native_handle(), this);
     rd_ = nullptr;
