@@ -27,14 +27,17 @@ namespace levee::proxy {
 class Downstream;
 
 struct ExchangeBuffers {
+  static constexpr std::size_t kSinkBytes = 16 * 1024;  ///< each body sink's
+  static constexpr std::size_t kOutBytes = 4096;        ///< the head being written, reserved
+
   ExchangeBuffers(asio::io_context& ctx, std::size_t max_fields)
       : req_head(max_fields),
-        req_body(16 * 1024),
+        req_body(kSinkBytes),
         resp_head(256),
-        resp_body(16 * 1024),
+        resp_body(kSinkBytes),
         watchdog(ctx),
         wait_timer(ctx.get_executor()) {
-    out.reserve(4096);
+    out.reserve(kOutBytes);
   }
 
   http::Head req_head;
@@ -135,5 +138,10 @@ struct ExchangeBuffers {
     request_id_out = {};
   }
 };
+
+/// About what one scratch holds once used: itself, both body sinks and
+/// the head buffer (the heads' own fields are small beside them).
+inline constexpr std::size_t kExchangeBuffersBytes =
+    sizeof(ExchangeBuffers) + 2 * ExchangeBuffers::kSinkBytes + ExchangeBuffers::kOutBytes;
 
 }  // namespace levee::proxy

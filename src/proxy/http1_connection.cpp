@@ -126,18 +126,10 @@ awaitable<void> Http1Connection::run() {
           // back to the worker's stock meanwhile, and one (the same, under
           // steady load) is borrowed when bytes come: a burst of requests
           // on many connections that then go quiet leaves no buffers held.
-          if (in_) w_.put_read_buffer(std::move(in_));
+          return_buffer();
           auto [ec, n] = co_await stream_.read_later(Stream::BufferSource{
-              this,
-              [](void* p) {
-                auto& c = *static_cast<Http1Connection*>(p);
-                if (!c.in_) c.in_ = c.w_.take_read_buffer();
-                return c.in_->prepare();
-              },
-              [](void* p) {
-                auto& c = *static_cast<Http1Connection*>(p);
-                c.w_.put_read_buffer(std::move(c.in_));
-              }});
+              this, [](void* p) { return static_cast<Http1Connection*>(p)->lend_buffer(); },
+              [](void* p) { static_cast<Http1Connection*>(p)->return_buffer(); }});
           if (!ec) {
             in_->commit(n);
             rx_ += n;
@@ -147,7 +139,7 @@ awaitable<void> Http1Connection::run() {
           if (ec == asio::error::operation_aborted && parking_ && !expiring_) {
             parking_ = false;
             parked_ = true;
-            w_.put_read_buffer(std::move(in_));
+            return_buffer();
             stream_.release_buffers();
             continue;
           }
@@ -157,11 +149,10 @@ awaitable<void> Http1Connection::run() {
           rest();  // until readable, with no coroutine frame
           co_return;
         }
-        in_ = w_.take_read_buffer();
         error_code rec;
-        const std::size_t n = stream_.read_now(in_->prepare(), rec);
+        const std::size_t n = stream_.read_now(lend_buffer(), rec);
         if (rec == asio::error::would_block || rec == asio::error::try_again) {
-          w_.put_read_buffer(std::move(in_));
+          return_buffer();
           continue;
         }
         if (rec) break;  // the client closed
@@ -197,6 +188,15 @@ awaitable<void> Http1Connection::run() {
   }
   if (linger_) co_await lingering_close();
   stream_.close();
+}
+
+asio::mutable_buffer Http1Connection::lend_buffer() {
+  if (!in_) in_ = w_.take_read_buffer();
+  return in_->prepare();
+}
+
+void Http1Connection::return_buffer() {
+  if (in_) w_.put_read_buffer(std::move(in_));
 }
 
 awaitable<void> Http1Connection::lingering_close() {

@@ -81,6 +81,11 @@ class Http1Connection final : public Downstream,
   /// put(), then finish_send() when it was not all.
   awaitable<bool> write();
   awaitable<void> lingering_close();
+  /// Between requests, an empty connection holds no read buffer: it
+  /// borrows one from the worker's stock when bytes come (lend_buffer(),
+  /// the space to read into) and gives it back when a read found nothing.
+  asio::mutable_buffer lend_buffer();
+  void return_buffer();
   /// An HTTP/2 client (ALPN h2, or the cleartext preface): hands the
   /// connection to an Http2Connection (proxy/http2_connection.cpp). True: gone.
   awaitable<bool> try_http2();

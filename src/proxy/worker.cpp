@@ -340,9 +340,8 @@ void Worker::trim_stocks() {
   // What a burst left in the stocks goes back to the allocator, and on to
   // the system when that is a megabyte or more (as much as was freed: the
   // allocator's pages are the whole process's, and other workers are busy
-  // with theirs). The scratch's size is estimated: its two 16 KiB body
-  // buffers and the rest.
-  const std::size_t freed = read_buffers_.trim() * kReadBufferBytes + buffers_.trim() * 40 * 1024;
+  // with theirs).
+  const std::size_t freed = read_buffers_.trim() * kReadBufferBytes + buffers_.trim() * kExchangeBuffersBytes;
   if (freed >= 1024 * 1024) release_free_memory(freed);
 }
 
