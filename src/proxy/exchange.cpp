@@ -441,7 +441,7 @@ void Exchange::write_head(Attempt& a, bool h2, TimePoint t) {
 bool Exchange::continue_due() noexcept {
   // 100-continue: levee answers it itself, once the request is admitted and
   // an upstream connection is ready.
-  if (!b_.req.expect_continue || d_.body_done() || sent_continue_) return false;
+  if (!continue_owed()) return false;
   sent_continue_ = true;
   return true;
 }

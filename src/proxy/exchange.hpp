@@ -87,7 +87,24 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   /// Attempts and the response.
   awaitable<bool> forward();
   struct Attempt;
+  /// One attempt over HTTP/1.1: a connection (pooled or new), the request,
+  /// the answer's head (proxy/exchange_h1.cpp).
   awaitable<void> try_endpoint(Attempt& a);
+  /// A pooled connection to the attempt's endpoint, into up_.
+  bool take_pooled(Attempt& a);
+  /// A new connection to the attempt's endpoint, into up_. False: failed.
+  awaitable<bool> connect(Attempt& a);
+  /// A "100 Continue" is owed before the body (continue_due() sends it).
+  bool continue_owed() const noexcept;
+  /// The request's first write: its head and the body already held.
+  void request_buffers(http::Buffers& bufs, char (&chunk_head)[24]) const;
+  /// That write, as far as the socket takes it at once (a.put, a.taken).
+  Sent put_request(Attempt& a);
+  /// The first write failed: why, as the retry rule needs it.
+  void fail_first_write(Attempt& a);
+  /// The request: head, held body, the rest of the body streamed, from
+  /// where put_request() left it if it ran. False: the attempt failed (or
+  /// the client did).
   awaitable<bool> send_request(Attempt& a);
   // The trust boundary (proxy/trust.cpp): counts the headers classification
   // did not believe, and replaces them in the head sent upstream.

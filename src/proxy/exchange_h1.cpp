@@ -53,55 +53,81 @@ void Exchange::unwatch_upstream() {
 // --- answers levee makes itself ----------------------------------------------
 
 awaitable<void> Exchange::try_endpoint(Attempt& a) {
+  if (!take_pooled(a)) {
+    if (!co_await connect(a)) co_return;
+  } else {
+    ++up_->uses;
+  }
+  if (!continue_owed()) {
+    // The usual request: its head and the body already held go whole into
+    // the socket at once, with no coroutine for the send. One clock
+    // reading for the head's time left and the send; none on a pooled
+    // connection, taken without waiting since the attempt began.
+    const TimePoint t = a.reused ? a.begun : now();
+    write_head(a, false, t);
+    a.sent_at = t;
+    arm(std::min(cls_.deadline, t + cluster_->cfg.response_timeout), Watchdog::Phase::Upstream);
+    if (put_request(a) == Sent::Done && d_.body_done()) {
+      a.whole = true;
+      co_await read_response_head(a);
+      co_return;
+    }
+  }
+  if (!co_await send_request(a)) co_return;
+  a.whole = true;
+  if (!a.head_read) co_await read_response_head(a);
+}
+
+bool Exchange::take_pooled(Attempt& a) {
+  // Trusting the event loop's last look needs a free retry should the
+  // backend have closed since: a replayable request whose body is all held
+  // (a streamed body cannot be sent again).
+  const bool retry_free = replayable() && (!d_.has_body() || d_.body_done());
+  Fuse* fuse = fuse_.fuse();
+  up_ = fuse ? fuse->take(a.endpoint, a.begun, *cluster_, retry_free)
+             : w_.pool.take(*cluster_, a.endpoint, a.begun, retry_free);
+  a.reused = up_ != nullptr;
+  return a.reused;
+}
+
+awaitable<bool> Exchange::connect(Attempt& a) {
   const auto& cc = cluster_->cfg;
   auto& m = *rt_.metrics;
   Endpoint& ep = *cluster_->endpoints[a.endpoint];
   const TimePoint t = a.begun;  // the endpoint was picked without waiting since
   Fuse* fuse = fuse_.fuse();
-  // Trusting the event loop's last look needs a free retry should the
-  // backend have closed since: a replayable request whose body is all held
-  // (a streamed body cannot be sent again).
-  const bool retry_free = replayable() && (!d_.has_body() || d_.body_done());
-  up_ = fuse ? fuse->take(a.endpoint, t, *cluster_, retry_free)
-             : w_.pool.take(*cluster_, a.endpoint, t, retry_free);
-  if (up_) {
-    a.reused = true;
-  } else {
-    up_ = std::make_unique<UpstreamConn>(w_.ctx.get_executor(), *cluster_, a.endpoint,
-                                         ep.addr_generation.load(std::memory_order_acquire));
-    // Counted before connecting: nothing may open one more while this one connects.
-    if (fuse) fuse->note_open(*up_);
-    const auto addrs = ep.addresses();
-    error_code ec = asio::error::host_not_found;
-    if (!addrs.empty()) {
-      arm(std::min(cls_.deadline, t + cc.connect_timeout), Watchdog::Phase::Connect);
-      auto [cec, connected] = co_await asio::async_connect(up_->sock(), addrs, nothrow);
-      (void)connected;
-      ec = cec;
-    }
-    if (ec) {
-      a.failed = true;
-      a.failure = core::AttemptFailure::Connect;
-      a.error = UpstreamError::Connect;
-      co_return;
-    }
-    error_code ig;
-    up_->sock().set_option(tcp::no_delay(true), ig);
-    up_->sock().non_blocking(true, ig);
-    // TLS to the endpoint, within the same connect deadline (proxy/tls_context.cpp).
-    if (cluster_->tls && !co_await connect_tls(up_->stream, *cluster_->tls, ep.host)) {
-      a.failed = true;
-      a.failure = core::AttemptFailure::Connect;
-      a.error = UpstreamError::Connect;
-      co_return;
-    }
-    up_->stream.watch(w_.readiness);  // cleartext only: responses read when epoll says
-    m.upstream_connects.inc(w_.index, cluster_->index);
+  up_ = std::make_unique<UpstreamConn>(w_.ctx.get_executor(), *cluster_, a.endpoint,
+                                       ep.addr_generation.load(std::memory_order_acquire));
+  // Counted before connecting: nothing may open one more while this one connects.
+  if (fuse) fuse->note_open(*up_);
+  const auto addrs = ep.addresses();
+  error_code ec = asio::error::host_not_found;
+  if (!addrs.empty()) {
+    arm(std::min(cls_.deadline, t + cc.connect_timeout), Watchdog::Phase::Connect);
+    auto [cec, connected] = co_await asio::async_connect(up_->sock(), addrs, nothrow);
+    (void)connected;
+    ec = cec;
   }
+  if (ec) {
+    a.failed = true;
+    a.failure = core::AttemptFailure::Connect;
+    a.error = UpstreamError::Connect;
+    co_return false;
+  }
+  error_code ig;
+  up_->sock().set_option(tcp::no_delay(true), ig);
+  up_->sock().non_blocking(true, ig);
+  // TLS to the endpoint, within the same connect deadline (proxy/tls_context.cpp).
+  if (cluster_->tls && !co_await connect_tls(up_->stream, *cluster_->tls, ep.host)) {
+    a.failed = true;
+    a.failure = core::AttemptFailure::Connect;
+    a.error = UpstreamError::Connect;
+    co_return false;
+  }
+  up_->stream.watch(w_.readiness);  // cleartext only: responses read when epoll says
+  m.upstream_connects.inc(w_.index, cluster_->index);
   ++up_->uses;
-  if (!co_await send_request(a)) co_return;
-  a.whole = true;
-  if (!a.head_read) co_await read_response_head(a);
+  co_return true;
 }
 
 awaitable<bool> Exchange::early_answer(Attempt& a) {
@@ -123,43 +149,73 @@ awaitable<bool> Exchange::early_answer(Attempt& a) {
   co_return true;
 }
 
+bool Exchange::continue_owed() const noexcept {
+  return b_.req.expect_continue && !d_.body_done() && !sent_continue_;
+}
+
+void Exchange::request_buffers(http::Buffers& bufs, char (&chunk_head)[24]) const {
+  // The head and whatever body is already read, in one write.
+  const bool chunked = d_.has_body() && !d_.body_length();
+  bufs.push(asio::buffer(b_.out));
+  bufs.push_body(asio::buffer(b_.req_body.data()), chunked, chunk_head);
+  if (chunked && d_.body_done()) bufs.push_last_chunk();
+}
+
+Sent Exchange::put_request(Attempt& a) {
+  http::Buffers bufs;
+  char chunk_head[24];
+  request_buffers(bufs, chunk_head);
+  error_code ec;
+  a.put = true;
+  a.taken = up_->stream.write_now(bufs, ec);
+  a.sent = a.taken > 0;
+  if (ec) {
+    fail_first_write(a);
+    return Sent::Failed;
+  }
+  return a.taken == asio::buffer_size(bufs) ? Sent::Done : Sent::Pending;
+}
+
+void Exchange::fail_first_write(Attempt& a) {
+  a.failed = true;
+  // A pooled connection the peer had closed, and nothing of this request
+  // went out: levee's artefact, not the backend's failure.
+  a.failure = a.reused && !a.sent ? core::AttemptFailure::Stale : core::AttemptFailure::Reset;
+  a.error = b_.watchdog.expired() ? UpstreamError::Timeout : UpstreamError::Reset;
+  if (b_.watchdog.expired()) a.failure = core::AttemptFailure::Timeout;
+}
+
 awaitable<bool> Exchange::send_request(Attempt& a) {
   const auto& cc = cluster_->cfg;
-  // One reading for the head's time left and the send; none on a pooled
-  // connection, taken without waiting since the attempt began.
-  TimePoint t = a.reused ? a.begun : now();
-  write_head(a, false, t);
-  const bool chunked = d_.has_body() && !d_.body_length();
-  if (continue_due()) {
-    if (!co_await d_.send_continue()) {
-      a.client = BodyRead::Gone;
-      co_return false;
+  if (!a.put) {
+    // One reading for the head's time left and the send; none on a pooled
+    // connection, taken without waiting since the attempt began.
+    TimePoint t = a.reused ? a.begun : now();
+    write_head(a, false, t);
+    if (continue_due()) {
+      if (!co_await d_.send_continue()) {
+        a.client = BodyRead::Gone;
+        co_return false;
+      }
+      t = now();
     }
-    t = now();
+    a.sent_at = t;
+    arm(std::min(cls_.deadline, t + cc.response_timeout), Watchdog::Phase::Upstream);
+    put_request(a);
   }
-
-  // The head and whatever body is already read, in one write.
-  a.sent_at = t;
-  arm(std::min(cls_.deadline, t + cc.response_timeout), Watchdog::Phase::Upstream);
-  auto& sink = b_.req_body;
+  if (a.failed) co_return co_await early_answer(a);
   {
+    // What the socket did not take at once (the same pieces again).
     http::Buffers bufs;
     char chunk_head[24];
-    bufs.push(asio::buffer(b_.out));
-    bufs.push_body(asio::buffer(sink.data()), chunked, chunk_head);
-    if (chunked && d_.body_done()) bufs.push_last_chunk();
-    error_code ec;
-    std::size_t n = up_->stream.write_now(bufs, ec);
-    if (!ec && n < asio::buffer_size(bufs)) std::tie(ec, n) = co_await up_->stream.write_rest(bufs, n);
-    a.sent = n > 0;
-    if (ec) {
-      a.failed = true;
-      // A pooled connection the peer had closed, and nothing of this
-      // request went out: levee's artefact, not the backend's failure.
-      a.failure = a.reused && !a.sent ? core::AttemptFailure::Stale : core::AttemptFailure::Reset;
-      a.error = b_.watchdog.expired() ? UpstreamError::Timeout : UpstreamError::Reset;
-      if (b_.watchdog.expired()) a.failure = core::AttemptFailure::Timeout;
-      co_return co_await early_answer(a);
+    request_buffers(bufs, chunk_head);
+    if (a.taken < asio::buffer_size(bufs)) {
+      auto [ec, n] = co_await up_->stream.write_rest(bufs, a.taken);
+      a.sent = n > 0;
+      if (ec) {
+        fail_first_write(a);
+        co_return co_await early_answer(a);
+      }
     }
   }
   if (d_.body_done()) co_return true;
@@ -169,6 +225,8 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
   // watched: a backend that answers early (a 413) and stops reading must
   // not wait for a body the client may never finish.
   a.body_streamed = true;
+  auto& sink = b_.req_body;
+  const bool chunked = !d_.body_length();
   sink.clear();
   for (;;) {
     arm(std::min(cls_.deadline, now() + l_.cfg.body_timeout), Watchdog::Phase::Body);
