@@ -137,7 +137,7 @@ awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
       auto [ec] = co_await rd_->async_wait(fd, nothrow);
       if (ec) co_return ReadResult{ec, 0};
     }
-    // Woken, yet cancelled before this resumed: as in read_later.
+    // Woken, yet cancelled before this resumed: as in read_unwatched.
     if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
     const asio::mutable_buffer b = into();
     error_code ec;
