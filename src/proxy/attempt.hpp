@@ -22,7 +22,7 @@ struct Exchange::Attempt {
   bool sent = false;         ///< some byte of the request was accepted by the socket
   bool body_streamed = false;  ///< body bytes left levee beyond what the sink holds
   bool whole = false;        ///< the whole request went out: the backend can act on it
-  bool put = false;          ///< put_request() made the first write (without waiting)
+  bool put = false;          ///< first_write() made the first write (without waiting)
   std::size_t taken = 0;     ///< the bytes of that write the socket took at once
   TimePoint begun{};  ///< when forward() started it: the pool's and the connect's clock
   TimePoint sent_at{};

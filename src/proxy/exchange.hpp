@@ -98,12 +98,16 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   bool continue_owed() const noexcept;
   /// The request's first write: its head and the body already held.
   void request_buffers(http::Buffers& bufs, char (&chunk_head)[24]) const;
-  /// That write, as far as the socket takes it at once (a.put, a.taken).
-  Sent put_request(Attempt& a);
+  /// That write, sent at t, as far as the socket takes it at once (a.put,
+  /// a.taken).
+  Sent first_write(Attempt& a, core::TimePoint t);
+  /// The head and a body all held, when no "100 Continue" is owed: true
+  /// when first_write() sent the whole request.
+  bool sent_at_once(Attempt& a);
   /// The first write failed: why, as the retry rule needs it.
   void fail_first_write(Attempt& a);
   /// The request: head, held body, the rest of the body streamed, from
-  /// where put_request() left it if it ran. False: the attempt failed (or
+  /// where first_write() left it if it ran. False: the attempt failed (or
   /// the client did).
   awaitable<bool> send_request(Attempt& a);
   // The trust boundary (proxy/trust.cpp): counts the headers classification

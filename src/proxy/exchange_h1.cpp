@@ -53,29 +53,28 @@ void Exchange::unwatch_upstream() {
 // --- answers levee makes itself ----------------------------------------------
 
 awaitable<void> Exchange::try_endpoint(Attempt& a) {
-  if (!take_pooled(a)) {
-    if (!co_await connect(a)) co_return;
-  } else {
-    ++up_->uses;
-  }
-  if (!continue_owed()) {
-    // The usual request: its head and the body already held go whole into
-    // the socket at once, with no coroutine for the send. One clock
-    // reading for the head's time left and the send; none on a pooled
-    // connection, taken without waiting since the attempt began.
-    const TimePoint t = a.reused ? a.begun : now();
-    write_head(a, false, t);
-    a.sent_at = t;
-    arm(std::min(cls_.deadline, t + cluster_->cfg.response_timeout), Watchdog::Phase::Upstream);
-    if (put_request(a) == Sent::Done && d_.body_done()) {
-      a.whole = true;
-      co_await read_response_head(a);
-      co_return;
-    }
-  }
-  if (!co_await send_request(a)) co_return;
+  // No co_await in an if's condition here: GCC 12 then lays this frame out
+  // with its condition flags ahead of the resume pointer, and the first
+  // resume runs with a wrong 'this' (tests/frame_layout.py checks).
+  bool ok = take_pooled(a);
+  if (!ok) ok = co_await connect(a);
+  if (!ok) co_return;
+  ++up_->uses;
+  // The usual request goes whole into the socket at once, with no
+  // coroutine for the send; send_request() does what that leaves.
+  if (!sent_at_once(a)) ok = co_await send_request(a);
+  if (!ok) co_return;
   a.whole = true;
   if (!a.head_read) co_await read_response_head(a);
+}
+
+bool Exchange::sent_at_once(Attempt& a) {
+  if (continue_owed()) return false;
+  // One clock reading for the head's time left and the send; none on a
+  // pooled connection, taken without waiting since the attempt began.
+  const TimePoint t = a.reused ? a.begun : now();
+  write_head(a, false, t);
+  return first_write(a, t) == Sent::Done && d_.body_done();
 }
 
 bool Exchange::take_pooled(Attempt& a) {
@@ -126,7 +125,6 @@ awaitable<bool> Exchange::connect(Attempt& a) {
   }
   up_->stream.watch(w_.readiness);  // cleartext only: responses read when epoll says
   m.upstream_connects.inc(w_.index, cluster_->index);
-  ++up_->uses;
   co_return true;
 }
 
@@ -161,7 +159,9 @@ void Exchange::request_buffers(http::Buffers& bufs, char (&chunk_head)[24]) cons
   if (chunked && d_.body_done()) bufs.push_last_chunk();
 }
 
-Sent Exchange::put_request(Attempt& a) {
+Sent Exchange::first_write(Attempt& a, TimePoint t) {
+  a.sent_at = t;
+  arm(std::min(cls_.deadline, t + cluster_->cfg.response_timeout), Watchdog::Phase::Upstream);
   http::Buffers bufs;
   char chunk_head[24];
   request_buffers(bufs, chunk_head);
@@ -186,7 +186,6 @@ void Exchange::fail_first_write(Attempt& a) {
 }
 
 awaitable<bool> Exchange::send_request(Attempt& a) {
-  const auto& cc = cluster_->cfg;
   if (!a.put) {
     // One reading for the head's time left and the send; none on a pooled
     // connection, taken without waiting since the attempt began.
@@ -199,9 +198,7 @@ awaitable<bool> Exchange::send_request(Attempt& a) {
       }
       t = now();
     }
-    a.sent_at = t;
-    arm(std::min(cls_.deadline, t + cc.response_timeout), Watchdog::Phase::Upstream);
-    put_request(a);
+    first_write(a, t);
   }
   if (a.failed) co_return co_await early_answer(a);
   {
