@@ -28,6 +28,10 @@ before (SSL_clear keeps it), wherever the front sends a fresh ticket.
 cache), so that with --close each request is a full handshake. levee-shed
 is not run with --tls.
 
+haproxy-same (run only when named in --only): HAProxy with logs off,
+configured to add the fields levee adds upstream by default and a request
+id in the answer, so that both do the same work for the backend and wrk.
+
 The backend is nginx answering `return 200 "ok"` (the cheapest server at
 hand, so it is not the bottleneck). On a 2+ CPU machine every proxy gets
 CPU 0 to itself (all of its threads) and wrk and the backend share CPU 1;
@@ -149,6 +153,24 @@ backend be
 """
 
 
+def same_work(cfg):
+    """A HAProxy config asked for the headers levee adds by default: Via,
+    X-Forwarded-For and -Proto, a request id both ways, the time left and
+    the attempt count. What they cost the backend and the client (nginx and
+    wrk share a core here) then counts on both sides."""
+    anchor = "  default_backend be\n"
+    assert anchor in cfg
+    return cfg.replace(anchor, anchor + """  unique-id-format %[rand(4294967295),hex]%[rand(4294967295),hex]
+  unique-id-header x-request-id
+  option forwardfor
+  http-request set-header x-forwarded-proto http
+  http-request add-header via "1.1 haproxy"
+  http-request set-header x-request-timeout-ms 29999
+  http-request set-header x-attempt-count 1
+  http-response set-header x-request-id %[unique-id]
+""", 1)
+
+
 def nginx_cfg(d, port, be, log):
     access = f"access_log {d}/access.log combined buffer=64k flush=1s;" if log else "access_log off;"
     return f"""daemon off; worker_processes 1; pid {d}/px.pid; error_log {d}/px.err;
@@ -177,13 +199,13 @@ def start_fronts(procs, be, want, haproxy_conf, nginx_conf):
     (all, or those in `want`)."""
     ports = {}
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    for name, log in (("haproxy", False), ("haproxy-log", True)):
-        if want and name not in want:
-            continue
+    for name, log in (("haproxy", False), ("haproxy-log", True), ("haproxy-same", False)):
+        if (want and name not in want) or (name == "haproxy-same" and not want):
+            continue  # haproxy-same runs only when asked for
         port = free_port()
         cfg = os.path.join(procs.dir, name + ".cfg")
         with open(cfg, "w") as f:
-            f.write(haproxy_conf(port, be, log))
+            f.write(same_work(haproxy_conf(port, be, log)) if name == "haproxy-same" else haproxy_conf(port, be, log))
         out = open(os.path.join(procs.dir, name + "-access.log"), "w")
         procs.items.append((name, subprocess.Popen(pin("0") + [haproxy, "-f", cfg], stdout=out,
                                                    stderr=subprocess.DEVNULL, start_new_session=True)))
@@ -304,7 +326,8 @@ def main():
             continue
         base = med[hp]
         print(f"-- {pair}")
-        for k in ([] if pair != "logs off" else ["direct"]) + [lv] + (["levee-base"] if pair == "logs off" else []) + [hp, ng]:
+        for k in (([] if pair != "logs off" else ["direct"]) + [lv] + (["levee-base"] if pair == "logs off" else []) + [hp]
+                 + (["haproxy-same"] if pair == "logs off" else []) + [ng]):
             if k not in med:
                 continue
             v = med[k]
@@ -314,6 +337,10 @@ def main():
         lv, base = med["levee"], med["levee-base"]
         print(f"levee / levee-base (--baseline): req/s {lv['rps'] / base['rps']:.3f}, p50 {lv['p50_ms'] / base['p50_ms']:.3f}, "
               f"p99 {lv['p99_ms'] / base['p99_ms']:.3f}")
+    if "levee" in med and "haproxy-same" in med:
+        lv, same = med["levee"], med["haproxy-same"]
+        print(f"levee / haproxy-same (HAProxy adding levee's default headers): req/s {lv['rps'] / same['rps']:.3f}, "
+              f"p99 {lv['p99_ms'] / same['p99_ms']:.3f}")
     if "levee" in med and "levee-shed" in med:
         lv, shed = med["levee"]["rps"], med["levee-shed"]["rps"]
         print(f"levee-shed answers every request itself (503 executor_overload): {shed:.0f} rejections/s against "
