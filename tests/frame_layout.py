@@ -65,7 +65,10 @@ def main():
     for binary in sys.argv[1:]:
         seen = {}
         for frame, first in frames(binary):
-            seen[frame] = first
+            # A frame type can be described in several compilation units:
+            # one bad description is enough.
+            if seen.get(frame, "_Coro_resume_fn") == "_Coro_resume_fn":
+                seen[frame] = first
         wrong = {f: m for f, m in seen.items() if m != "_Coro_resume_fn"}
         print(f"{binary}: {len(seen)} coroutine frames, {len(wrong)} with a field ahead of the resume pointer")
         if not seen:
