@@ -111,7 +111,7 @@ fi
 
 if [ "$want_test" -eq 1 ]; then
   test_pkgs=(curl redis-server redis-sentinel haproxy nginx-light wrk nghttp2-client prometheus python3-yaml
-             python3 openssl procps iproute2 python3-h2 python3-grpcio
+             python3 openssl procps iproute2 strace python3-h2 python3-grpcio
              systemd dpkg-dev file python3-kubernetes python3-jsonschema
              clang libclang-rt-dev)  # libFuzzer, ASan, UBSan for clang (a Recommends of clang's)
   # The admin page's browser test (headless). Ubuntu ships Chromium only as

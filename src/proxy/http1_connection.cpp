@@ -171,6 +171,12 @@ awaitable<void> Http1Connection::run() {
     if (!keep) break;
     if (w_.draining() || w_.rt->draining.load(std::memory_order_relaxed)) break;
     returning_.mark(w_.rt->process);  // served, and open for more
+    // Kept open: from now on the next request is read when the worker's
+    // readiness set says it came (Stream::read_later), with no receive that
+    // finds nothing and no epoll re-arm per request. One epoll_ctl, paid
+    // only by a connection that lives past its first answer (a TLS stream
+    // is not watched).
+    if (served_ == 1) stream_.watch(w_.readiness);
     // The listener of the worker's Runtime now (l_ belongs to the request
     // just served, whose Runtime a reload may have retired meanwhile).
     const Listener* now_l = w_.listener_in_slot(slot_);

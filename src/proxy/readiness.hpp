@@ -1,19 +1,23 @@
-// Readiness of a worker's cleartext upstream sockets, kept as HAProxy's fd
-// cache and nginx's event flags keep it, so that neither a response read
-// nor the reuse of an idle pooled connection needs a receive to learn what
-// epoll already said.
+// Readiness of a worker's cleartext sockets (its upstream connections, and
+// its client connections from their first answer on), kept as HAProxy's fd
+// cache and nginx's event flags keep it, so that neither a read (a
+// response, a kept-alive client's next request) nor the reuse of an idle
+// pooled connection needs a receive to learn what epoll already said.
 //
 // Asio's reactor keeps no readiness a caller can read: every read is tried
 // at once (a receive that often finds nothing), and an idle connection can
 // only be checked with a syscall of its own (a one-byte MSG_PEEK) or by a
-// wait that re-arms epoll (another). Here each watched socket sits, for its
-// whole life, in an edge-triggered epoll set of the worker's own; that set's
+// wait that re-arms epoll (another). Here each watched socket sits, until it
+// is closed, in an edge-triggered epoll set of the worker's own; that set's
 // descriptor is one more socket-like thing in Asio's reactor. When Asio's
 // epoll says the set is readable, drain() collects which sockets had bytes,
 // a close or an error since they were last emptied, marks them, and wakes
 // whoever waits for one. The costs: one epoll_ctl per connection (when it
-// is made), and one epoll_wait plus one re-arm per pass of the event loop
-// that found anything, shared by every socket that pass.
+// is made, or a client's kept open), and one epoll_wait plus one re-arm per
+// pass of the event loop that found anything, shared by every socket that
+// pass. Without it a kept-alive request costs a receive that finds nothing
+// or an epoll re-arm (Asio's readiness wait) on each side
+// (tests/integration/test_syscalls.py).
 //
 // The rules the marks follow (Stream applies them):
 //   - A socket is marked readable when a drain reports it, and when it is

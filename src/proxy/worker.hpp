@@ -117,7 +117,8 @@ class Worker {
   UpstreamPool pool;
   H2UpstreamPool h2pool;  ///< clusters that speak HTTP/2
   Balancer balancer;
-  /// Readiness of cleartext upstream sockets (proxy/readiness.hpp).
+  /// Readiness of cleartext sockets, upstream and kept-alive clients
+  /// (proxy/readiness.hpp).
   Readiness readiness;
   std::atomic<int> tid{0};
   std::atomic<std::uint32_t> connections{0};  ///< open downstream connections
