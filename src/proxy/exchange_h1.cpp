@@ -26,6 +26,8 @@ namespace levee::proxy {
 using core::Reason;
 namespace beast_http = boost::beast::http;
 
+// --- the backend's early answer, watched while the body goes up -------------
+
 void Exchange::watch_upstream() {
   b_.upstream_spoke = false;
   b_.up_watch_target = &d_;
@@ -50,7 +52,7 @@ void Exchange::unwatch_upstream() {
   up_->stream.cancel();  // the pending wait, if it has not fired
 }
 
-// --- answers levee makes itself ----------------------------------------------
+// --- an attempt: a connection, the request, the response head ---------------
 
 awaitable<void> Exchange::try_endpoint(Attempt& a) {
   // No co_await in an if's condition here: GCC 12 then lays this frame out

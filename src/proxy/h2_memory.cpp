@@ -65,8 +65,6 @@ std::size_t class_of(std::size_t size) noexcept {
   return kBig;
 }
 
-std::size_t capacity(const Header* h) noexcept { return h->cls == kBig ? h->size : class_size(h->cls); }
-
 }  // namespace
 
 namespace h2mem {
@@ -114,7 +112,7 @@ void* zeroed(std::size_t n, std::size_t size) noexcept {
 void* resize(void* p, std::size_t size) noexcept {
   if (!p) return allocate(size);
   Header* h = static_cast<Header*>(p) - 1;
-  if (h->cls != kBig && size <= capacity(h)) {
+  if (h->cls != kBig && size <= class_size(h->cls)) {  // fits the block it has
     h->size = size;
     return p;
   }
