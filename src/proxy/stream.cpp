@@ -142,14 +142,10 @@ awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
     const asio::mutable_buffer b = into();
     error_code ec;
     const std::size_t n = sock_.read_some(b, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      rd_->emptied(fd);  // an edge that came before the bytes did
-      rd_->reopened(fd);  // and no close is pending: a closed socket reads 0
+    if (noted(n, b.size(), ec)) {
       into.empty_read();
       continue;
     }
-    // Less than asked: the socket is empty now; what comes next is a new edge.
-    if (!ec && n < b.size()) rd_->emptied(fd);
     co_return ReadResult{ec, n};
   }
 }

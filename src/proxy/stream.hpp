@@ -117,9 +117,12 @@ class Stream {
     return read_unwatched(into);
   }
   /// Reads what is there without waiting: would_block when nothing is.
+  /// A watched socket's mark follows the receive (Readiness' rules).
   std::size_t read_now(asio::mutable_buffer b, error_code& ec) {
-    if (!ssl_) [[likely]] return sock_.read_some(b, ec);
-    return tls_read_now(b, ec);
+    if (ssl_) return tls_read_now(b, ec);
+    const std::size_t n = sock_.read_some(b, ec);
+    if (rd_) noted(n, b.size(), ec);
+    return n;
   }
   /// Bytes held inside the stream that a read returns although the socket
   /// may not be readable (TLS read-ahead). A reader checks this before it
@@ -208,6 +211,19 @@ class Stream {
   awaitable<ReadResult> tls_read_some(asio::mutable_buffer b);
   awaitable<ReadResult> read_watched(BufferSource into);
   awaitable<ReadResult> read_unwatched(BufferSource into);
+  /// What a receive of `asked` bytes that returned n (or ec) tells a
+  /// watched socket's mark. True: it found nothing (EAGAIN).
+  bool noted(std::size_t n, std::size_t asked, const error_code& ec) noexcept {
+    const int fd = sock_.native_handle();
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      rd_->emptied(fd);   // an edge that came before the bytes did
+      rd_->reopened(fd);  // and no close is pending: a closed socket reads 0
+      return true;
+    }
+    // Less than asked: the socket is empty now; what comes next is a new edge.
+    if (!ec && n < asked) rd_->emptied(fd);
+    return false;
+  }
   void unwatch() noexcept {
     if (rd_) rd_->forget(sock_.native_handle(), this);
     rd_ = nullptr;

@@ -1,6 +1,8 @@
 """The foundation: levee is a correct HTTP/1.1 reverse proxy (issue 2)."""
 import hashlib
 import os
+import re
+import select
 import signal
 import socket
 import subprocess
@@ -264,6 +266,33 @@ class Failures(unittest.TestCase):
         slow.close()
         self.assertTrue(data.startswith(b"HTTP/1.1 408"), data[:80])
         self.assertLess(took, 2.0)
+
+    def test_a_kept_alive_connection_is_served_across_pauses_that_park_it(self):
+        # From its first answer on, a cleartext connection reads through the
+        # worker's readiness set; idle past 100 ms it parks (its coroutine
+        # ends and it waits for readability alone), and a request then
+        # resumes it. Pauses below, around and well past that, in turn, on
+        # one connection: each request is answered, and nothing else is
+        # sent.
+        be = Backend(self, service="fixed:0ms")
+        lv = Levee(self, [cluster("app", [be.address])])
+        s = socket.create_connection(("127.0.0.1", lv.port), timeout=5)
+        self.addCleanup(s.close)
+        for i, pause in enumerate((0, 0, 0.05, 0.3, 0, 0.12, 0.3, 0.3, 0, 0)):
+            ready, _, _ = select.select([s], [], [], pause)
+            self.assertFalse(ready, "levee sent something unasked after request %d" % (i - 1))
+            s.sendall(b"GET /echo-%d HTTP/1.1\r\nHost: t\r\n\r\n" % i)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(4096)
+                self.assertTrue(chunk, "closed before answer %d" % i)
+                got += chunk
+            head, _, body = got.partition(b"\r\n\r\n")
+            self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+            length = int(re.search(rb"(?im)^content-length:\s*(\d+)", head).group(1))
+            while len(body) < length:
+                body += s.recv(4096)
+            self.assertEqual(len(body), length, "answer %d has more than its body" % i)
 
     def test_idle_keep_alive_connection_is_closed(self):
         be = Backend(self)

@@ -264,6 +264,41 @@ TEST_CASE("a quiet peek clears the mark of a watched stream", "[stream]") {
   CHECK(p.stream->seen_quiet());
 }
 
+// A parked connection resumes with read_now() (its readiness came through
+// Asio): what that receive found is what the mark must say, or the next
+// read_later would try the socket once for nothing.
+TEST_CASE("read_now keeps a watched stream's mark as its receive found the socket", "[stream]") {
+  Pair p(true);
+  read_all(p, "first");
+  asio::write(p.peer, asio::buffer(std::string("0123456789")));
+  settle(p);  // the set marks it
+  REQUIRE(!p.stream->seen_quiet());
+  char buf[4];
+  error_code ec;
+  // A full buffer says nothing of what is left: the mark stays.
+  CHECK(p.stream->read_now(asio::buffer(buf, sizeof buf), ec) == 4);
+  CHECK(!ec);
+  CHECK(!p.stream->seen_quiet());
+  char rest[64];
+  // Less than asked: the socket is empty, and the mark goes.
+  CHECK(p.stream->read_now(asio::buffer(rest, sizeof rest), ec) == 6);
+  CHECK(!ec);
+  CHECK(p.stream->seen_quiet());
+  // Bytes that come later make a new edge, which the set reports.
+  asio::write(p.peer, asio::buffer(std::string("x")));
+  const auto give_up = std::chrono::steady_clock::now() + 1s;
+  while (p.stream->seen_quiet() && std::chrono::steady_clock::now() < give_up) {
+    p.ctx.restart();
+    p.ctx.run_one_for(50ms);
+  }
+  CHECK(!p.stream->seen_quiet());
+  CHECK(p.stream->read_now(asio::buffer(rest, sizeof rest), ec) == 1);
+  // Nothing there: EAGAIN clears it too.
+  CHECK(p.stream->read_now(asio::buffer(rest, sizeof rest), ec) == 0);
+  CHECK(ec == asio::error::would_block);
+  CHECK(p.stream->seen_quiet());
+}
+
 TEST_CASE("forgetting a watched stream ends its wait", "[stream]") {
   Pair p(true);
   read_all(p, "x");
