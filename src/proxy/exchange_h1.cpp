@@ -36,8 +36,10 @@ void Exchange::watch_upstream() {
 
 void Exchange::watch_upstream_once(std::uint64_t gen) {
   ExchangeBuffers* b = &b_;
-  up_->stream.wait_readable([b, gen, this](error_code ec) {
-    if (ec || gen != b->up_watch_gen || b->up_watch_target == nullptr) return;
+  // The scratch may be freed before a wait that completed runs (a stock
+  // trim): the watchdog's liveness says so before b is read.
+  up_->stream.wait_readable([b, gen, this, alive = b->watchdog.alive()](error_code ec) {
+    if (ec || !*alive || gen != b->up_watch_gen || b->up_watch_target == nullptr) return;
     // Still watched, so this exchange and its connection are alive. A TLS
     // record that held no data (a session ticket) is not the backend speaking.
     if (up_->stream.poll(up_->buf) == Stream::Poll::Nothing) return watch_upstream_once(gen);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/time.hpp"
 #include "proxy/asio.hpp"
@@ -29,6 +30,17 @@ class Watchdog {
   };
 
   explicit Watchdog(asio::io_context& ctx) : timer_(ctx.get_executor()) {}
+  /// A wait whose time had come already is not cancelled by the timer's
+  /// destruction: its handler is queued and runs with success after this
+  /// is gone (the worker's sweep may free pooled scratch in the same pass
+  /// of the event loop). Handlers hold `alive` and look at it first.
+  ~Watchdog() { *alive_ = false; }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  /// False once this watchdog (and the exchange scratch it lives in) is
+  /// gone: for other handlers that may outlive the scratch.
+  const std::shared_ptr<bool>& alive() const noexcept { return alive_; }
 
   void arm(core::TimePoint deadline, Phase p, Target& t);
   /// Arms deadline d unless an earlier one is already armed (which keeps
@@ -63,6 +75,7 @@ class Watchdog {
   void fire(std::uint64_t gen);
 
   Timer timer_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   Target* target_ = nullptr;
   core::TimePoint deadline_ = core::TimePoint::max();
   core::TimePoint armed_at_ = core::TimePoint::max();  ///< what the timer waits for
@@ -85,11 +98,12 @@ inline void Watchdog::arm(core::TimePoint d, Phase p, Target& t) {
   armed_ = true;
   ++timer_sets_;
   timer_.expires_at(to_steady(d));
-  timer_.async_wait([this, g = ++gen_](error_code ec) {
+  timer_.async_wait([this, g = ++gen_, alive = alive_](error_code ec) {
     // Aborted: superseded by expires_at, or the timer (and this watchdog,
-    // with the exchange scratch it lives in) was destroyed. Either way
-    // `this` must not be touched.
-    if (ec != asio::error::operation_aborted) fire(g);
+    // with the exchange scratch it lives in) was destroyed. Not alive:
+    // destroyed after the wait had completed. Either way `this` must not
+    // be touched.
+    if (ec != asio::error::operation_aborted && *alive) fire(g);
   });
 }
 
@@ -102,8 +116,8 @@ inline void Watchdog::fire(std::uint64_t gen) {
     armed_ = true;
     ++timer_sets_;
     timer_.expires_at(to_steady(deadline_));
-    timer_.async_wait([this, g = ++gen_](error_code ec) {
-      if (ec != asio::error::operation_aborted) fire(g);  // as in arm()
+    timer_.async_wait([this, g = ++gen_, alive = alive_](error_code ec) {
+      if (ec != asio::error::operation_aborted && *alive) fire(g);  // as in arm()
     });
     return;
   }

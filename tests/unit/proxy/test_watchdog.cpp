@@ -31,6 +31,27 @@ TEST_CASE("a watchdog destroyed with its wait pending is never touched again", "
   CHECK(target.fired == 0);
 }
 
+// The same with the wait already complete: the timer's time has come and
+// its handler is queued when the scratch is freed (the worker's sweep, on
+// a timer of the same moment, trims its stock first). Destroying the timer
+// cannot cancel it then; it runs with success, and must not touch the
+// watchdog. Found by ASan in test_soak.
+TEST_CASE("a watchdog destroyed after its wait completed is never touched again", "[watchdog]") {
+  asio::io_context ctx;
+  Counting target;
+  auto dog = std::make_unique<Watchdog>(ctx);
+  // Both times have passed when the loop first looks: one pass of the
+  // reactor takes both timers, the earlier first, and queues their handlers.
+  Timer sweep(ctx.get_executor());
+  sweep.expires_at(to_steady(now() - 2ms));
+  sweep.async_wait([&](error_code) { dog.reset(); });
+  dog->arm(now() - 1ms, Watchdog::Phase::Body, target);
+  ctx.run_one();  // the sweep's handler: the scratch goes
+  REQUIRE(!dog);
+  ctx.poll();  // the watchdog's handler, queued in the same pass
+  CHECK(target.fired == 0);
+}
+
 TEST_CASE("a watchdog whose deadline passes cancels its target once", "[watchdog]") {
   asio::io_context ctx;
   Counting target;
