@@ -73,6 +73,8 @@ class Watchdog {
 
  private:
   void fire(std::uint64_t gen);
+  /// Sets the timer for d: the one place a wait is started.
+  void set_timer(core::TimePoint d);
 
   Timer timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
@@ -94,6 +96,10 @@ inline void Watchdog::arm(core::TimePoint d, Phase p, Target& t) {
   expired_ = false;
   if (d == core::TimePoint::max()) return;
   if (armed_ && d >= armed_at_) return;  // fires early, then re-arms
+  set_timer(d);
+}
+
+inline void Watchdog::set_timer(core::TimePoint d) {
   armed_at_ = d;
   armed_ = true;
   ++timer_sets_;
@@ -111,14 +117,8 @@ inline void Watchdog::fire(std::uint64_t gen) {
   if (gen != gen_) return;  // superseded by an earlier deadline
   armed_ = false;
   if (deadline_ == core::TimePoint::max() || target_ == nullptr) return;
-  if (now() < deadline_) {
-    armed_at_ = deadline_;
-    armed_ = true;
-    ++timer_sets_;
-    timer_.expires_at(to_steady(deadline_));
-    timer_.async_wait([this, g = ++gen_, alive = alive_](error_code ec) {
-      if (ec != asio::error::operation_aborted && *alive) fire(g);  // as in arm()
-    });
+  if (now() < deadline_) {  // woken early: the deadline moved later
+    set_timer(deadline_);
     return;
   }
   expired_ = true;
