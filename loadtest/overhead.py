@@ -36,7 +36,10 @@ The backend is nginx answering `return 200 "ok"` (the cheapest server at
 hand, so it is not the bottleneck). On a 2+ CPU machine every proxy gets
 CPU 0 to itself (all of its threads) and wrk and the backend share CPU 1;
 every proxy sees the same conditions. Each front runs `--repeat` times,
-interleaved; medians are printed with ratios to HAProxy in the same pair.
+interleaved; medians are printed with ratios to HAProxy in the same pair,
+each front's median p99/p50 (in a closed loop p50 follows the rate, so this
+tells a fatter tail from a slower front), and each pair's ratios round by
+round (levee against HAProxy run just before or after it).
 levee runs with its shipped defaults (the only settings given are its
 ports, the backend and, for the logs-off pair, `access_log.enabled:
 false`).
@@ -315,12 +318,17 @@ def main():
            for k, v in results.items()}
     for k, v in results.items():
         med[k]["non2xx"] = sum(r["non2xx"] for r in v) + sum(r["errors"] for r in v)
+        # The latency distribution's spread, apart from the rate: in a
+        # closed loop p50 follows the rate, so a p99 ratio with the same
+        # p99/p50 is the rate's doing, and a larger p99/p50 is a fatter tail.
+        med[k]["p99_over_p50"] = statistics.median(r["p99_ms"] / r["p50_ms"] for r in v if r["p50_ms"] > 0) \
+            if any(r["p50_ms"] > 0 for r in v) else 0.0
     mode = ((" over TLS 1.3 (ECDSA P-256)" if args.tls else "") + (", no resumption" if args.no_resume else "")
             + (", Connection: close" if args.close else ""))
     print(f"overhead benchmark{mode}: wrk -t1 -c{args.connections} -d{args.seconds}s, {args.repeat} runs each, "
           "interleaved, medians")
     print(f"machine: {machine()}")
-    print(f"{'front':>12} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx/errors':>8} {'cpu us/req':>10}")
+    print(f"{'front':>12} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs haproxy':>17} {'p99 vs haproxy':>15} {'non-2xx/errors':>8} {'cpu us/req':>10} {'p99/p50':>8}")
     for pair, (lv, hp, ng) in PAIRS.items():
         if hp not in med:
             continue
@@ -332,7 +340,14 @@ def main():
                 continue
             v = med[k]
             print(f"{k:>12} {v['rps']:10.0f} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['rps'] / base['rps']:17.3f} "
-                  f"{v['p99_ms'] / base['p99_ms']:15.3f} {v['non2xx']:8d} {v['cpu_us']:10.1f}")
+                  f"{v['p99_ms'] / base['p99_ms']:15.3f} {v['non2xx']:8d} {v['cpu_us']:10.1f} {v['p99_over_p50']:8.2f}")
+        if lv in results and hp in results:
+            # Each round's levee against the same round's HAProxy: the
+            # machine's speed moves between rounds, much less within one.
+            rr = [a["rps"] / b["rps"] for a, b in zip(results[lv], results[hp]) if b["rps"] > 0]
+            pr = [a["p99_ms"] / b["p99_ms"] for a, b in zip(results[lv], results[hp]) if b["p99_ms"] > 0]
+            print(f"   same-round {lv}/{hp}: req/s " + " ".join(f"{x:.3f}" for x in rr)
+                  + "; p99 " + " ".join(f"{x:.3f}" for x in pr))
     if "levee" in med and "levee-base" in med:
         lv, base = med["levee"], med["levee-base"]
         print(f"levee / levee-base (--baseline): req/s {lv['rps'] / base['rps']:.3f}, p50 {lv['p50_ms'] / base['p50_ms']:.3f}, "
