@@ -18,7 +18,10 @@ namespace levee::proxy {
 /// socket takes everything (the usual case) the caller needs no coroutine
 /// frame for the write at all. The socket must be in non-blocking mode.
 inline std::size_t write_now(Socket& s, const http::Buffers& bufs, error_code& ec) {
-  const std::size_t n = s.write_some(bufs, ec);
+  // One buffer (a request head with no body, most of the time) goes as a
+  // plain send(): Asio sends a buffer sequence with sendmsg(), whose
+  // message header and iovec the kernel must copy in first.
+  const std::size_t n = bufs.begin() + 1 == bufs.end() ? s.write_some(*bufs.begin(), ec) : s.write_some(bufs, ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
   return n;
 }

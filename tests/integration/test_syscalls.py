@@ -134,7 +134,7 @@ class KeepAliveSyscalls(unittest.TestCase):
         client_fds = {m.group(1) for m in (re.search(r'recvfrom\((\d+), "GET /probe-', ln) for ln in lines) if m}
         self.assertEqual(len(client_fds), 1, "\n".join(lines))
         cfd = client_fds.pop()
-        up_fds = {m.group(1) for m in (re.search(r'sendmsg\((\d+), .*GET /probe-', ln) for ln in lines) if m}
+        up_fds = {m.group(1) for m in (re.search(r'(?:sendmsg|sendto)\((\d+), .*GET /probe-', ln) for ln in lines) if m}
         self.assertEqual(len(up_fds), 1, "\n".join(lines))
         ufd = up_fds.pop()
 
@@ -150,6 +150,11 @@ class KeepAliveSyscalls(unittest.TestCase):
         self.assertEqual([ln for ln in reads if "EAGAIN" in ln], [], "a receive found nothing")
         self.assertEqual(len(calls(cfd, ["sendmsg", "sendto", "write", "writev"])), REQUESTS, "one write per answer")
         self.assertEqual(rearms(cfd), [], "an epoll re-arm for the client's socket")
+        # A request head with no body is one buffer: a plain send(), not a
+        # sendmsg() whose header and iovec the kernel copies in first.
+        up_writes = calls(ufd, ["sendmsg", "sendto", "write", "writev"])
+        self.assertEqual(len(up_writes), REQUESTS, "one write per request upstream:\n" + "\n".join(up_writes))
+        self.assertEqual([ln for ln in up_writes if not re.search(r"\bsendto\(", ln)], [], "a one-buffer write not sent with send()")
         up_reads = calls(ufd, ["recvfrom", "recvmsg", "read"])
         self.assertEqual([ln for ln in up_reads if "EAGAIN" in ln], [], "a receive found nothing upstream")
         self.assertEqual(rearms(ufd), [], "an epoll re-arm for the backend's socket")
