@@ -39,7 +39,7 @@ every proxy sees the same conditions. Each front runs `--repeat` times,
 interleaved; medians are printed with ratios to HAProxy in the same pair,
 each front's median p99/p50 (in a closed loop p50 follows the rate, so this
 tells a fatter tail from a slower front), and each pair's ratios round by
-round (levee against HAProxy run just before or after it).
+round (levee against HAProxy in the same round, a few runs apart).
 levee runs with its shipped defaults (the only settings given are its
 ports, the backend and, for the logs-off pair, `access_log.enabled:
 false`).
@@ -343,11 +343,12 @@ def main():
                   f"{v['p99_ms'] / base['p99_ms']:15.3f} {v['non2xx']:8d} {v['cpu_us']:10.1f} {v['p99_over_p50']:8.2f}")
         if lv in results and hp in results:
             # Each round's levee against the same round's HAProxy: the
-            # machine's speed moves between rounds, much less within one.
-            rr = [a["rps"] / b["rps"] for a, b in zip(results[lv], results[hp]) if b["rps"] > 0]
-            pr = [a["p99_ms"] / b["p99_ms"] for a, b in zip(results[lv], results[hp]) if b["p99_ms"] > 0]
-            print(f"   same-round {lv}/{hp}: req/s " + " ".join(f"{x:.3f}" for x in rr)
-                  + "; p99 " + " ".join(f"{x:.3f}" for x in pr))
+            # machine's speed moves between rounds, less within one.
+            def ratio(a, b):
+                return f"{a / b:.3f}" if b > 0 else "n/a"
+            rounds = list(zip(results[lv], results[hp]))
+            print(f"   same-round {lv}/{hp}: req/s " + " ".join(ratio(a["rps"], b["rps"]) for a, b in rounds)
+                  + "; p99 " + " ".join(ratio(a["p99_ms"], b["p99_ms"]) for a, b in rounds))
     if "levee" in med and "levee-base" in med:
         lv, base = med["levee"], med["levee-base"]
         print(f"levee / levee-base (--baseline): req/s {lv['rps'] / base['rps']:.3f}, p50 {lv['p50_ms'] / base['p50_ms']:.3f}, "
