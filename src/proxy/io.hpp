@@ -1,9 +1,13 @@
 // Socket I/O helpers shared by both hops.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_suffix.hpp>
 
+#include <cerrno>
 #include <utility>
 
 #include "http/framing.hpp"
@@ -48,6 +52,56 @@ inline awaitable<std::pair<error_code, std::size_t>> write_all(Socket& s, const 
 /// nothing is there.
 inline std::size_t read_now(Socket& s, asio::mutable_buffer b, error_code& ec) {
   return s.read_some(b, ec);
+}
+
+// The same on a bare descriptor (a watched stream's, out of Asio's
+// reactor), with Asio's results: would_block when nothing is there, eof for
+// a closed peer, and no SIGPIPE.
+
+/// Writes what the socket takes now (as write_now above).
+template <typename Buffers>
+std::size_t write_now(int fd, const Buffers& bufs, error_code& ec) {
+  ec = {};
+  iovec iov[8];
+  std::size_t n = 0;
+  for (auto it = asio::buffer_sequence_begin(bufs); it != asio::buffer_sequence_end(bufs) && n < 8; ++it) {
+    const asio::const_buffer piece = *it;
+    if (piece.size() > 0) iov[n++] = iovec{const_cast<void*>(piece.data()), piece.size()};
+  }
+  if (n == 0) return 0;
+  for (;;) {
+    ssize_t r;
+    if (n == 1) {
+      r = ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else {
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = n;
+      r = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (r >= 0) return static_cast<std::size_t>(r);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) ec = error_code(errno, boost::system::system_category());
+    return 0;
+  }
+}
+
+/// Reads what the socket holds now (as read_now above).
+inline std::size_t read_now(int fd, asio::mutable_buffer b, error_code& ec) {
+  ec = {};
+  if (b.size() == 0) return 0;
+  for (;;) {
+    const ssize_t r = ::recv(fd, b.data(), b.size(), MSG_DONTWAIT);
+    if (r > 0) return static_cast<std::size_t>(r);
+    if (r == 0) {
+      ec = asio::error::eof;
+      return 0;
+    }
+    if (errno == EINTR) continue;
+    ec = (errno == EAGAIN || errno == EWOULDBLOCK) ? error_code(asio::error::would_block)
+                                                     : error_code(errno, boost::system::system_category());
+    return 0;
+  }
 }
 
 }  // namespace levee::proxy

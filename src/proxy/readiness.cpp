@@ -35,15 +35,14 @@ void Readiness::shutdown() noexcept {
     epfd_ = -1;
   }
   // Waiters are destroyed, not called: the event loop is going away.
-  for (auto& s : slots_) {
-    auto gone = std::exchange(s.waiter, nullptr);
-  }
+  for (auto& s : slots_)
+    for (auto& w : s.waiter) auto gone = std::exchange(w, nullptr);
 }
 
 bool Readiness::watch(int fd, const void* owner) noexcept {
   if (epfd_ < 0 || fd < 0) return false;
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.fd = fd;
   if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
   const auto i = static_cast<std::size_t>(fd);
@@ -64,24 +63,37 @@ void Readiness::forget(int fd, const void* owner) noexcept {
   s.owner = nullptr;
   s.readable = s.hup = false;
   --watched_;
-  if (s.waiter) wake(s, asio::error::operation_aborted);
+  wake_all(s, asio::error::operation_aborted);
 }
 
-void Readiness::start_wait(int fd, asio::any_completion_handler<void(error_code)> h) {
-  Slot& s = slots_[static_cast<std::size_t>(fd)];
-  assert(!s.waiter);  // one reader per socket
-  s.waiter.swap(h);  // not operator=: Asio 1.81's wraps the handler in itself, without end
-  if (s.readable || s.hup || !s.owner) wake(s, s.owner ? error_code{} : asio::error::bad_descriptor);
+void Readiness::start_wait(int fd, Want want, Handler h) {
+  const auto i = static_cast<std::size_t>(fd);
+  if (fd < 0 || i >= slots_.size()) {
+    asio::post(ex_, asio::append(std::move(h), error_code(asio::error::bad_descriptor)));
+    return;
+  }
+  Slot& s = slots_[i];
+  Handler& w = s.waiter[static_cast<std::size_t>(want)];
+  assert(!w);  // one waiter of each kind per socket
+  w.swap(h);  // not operator=: Asio 1.81's wraps the handler in itself, without end
+  if (!s.owner) return wake(ex_, w, asio::error::bad_descriptor);
+  // A Write wait begins after a send found the socket full: the room that
+  // frees later is a new edge, which a drain reports.
+  if (want == Want::Write ? s.hup : (s.readable || s.hup)) wake(ex_, w, error_code{});
 }
 
 void Readiness::cancel(int fd) noexcept {
   const auto i = static_cast<std::size_t>(fd);
   if (fd < 0 || i >= slots_.size()) return;
-  if (slots_[i].waiter) wake(slots_[i], asio::error::operation_aborted);
+  wake_all(slots_[i], asio::error::operation_aborted);
 }
 
-void Readiness::wake(Slot& s, error_code ec) {
-  asio::post(ex_, asio::append(std::exchange(s.waiter, nullptr), ec));
+void Readiness::wake(Executor ex, Handler& w, error_code ec) {
+  if (w) asio::post(ex, asio::append(std::exchange(w, nullptr), ec));
+}
+
+void Readiness::wake_all(Slot& s, error_code ec) {
+  for (auto& w : s.waiter) wake(ex_, w, ec);
 }
 
 void Readiness::arm() {
@@ -108,11 +120,23 @@ void Readiness::drain() noexcept {
       const auto i = static_cast<std::size_t>(ev[k].data.fd);
       if (i >= slots_.size() || !slots_[i].owner) continue;
       Slot& s = slots_[i];
-      s.readable = true;
-      if (ev[k].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
-      // The reader resumes here, in this pass: a post would run it only
-      // after the event loop's next epoll_wait.
-      if (s.waiter) asio::dispatch(asio::append(std::exchange(s.waiter, nullptr), error_code{}));
+      const std::uint32_t e = ev[k].events;
+      // EPOLLOUT alone (room freed, a connect done) says nothing of reading.
+      const bool in = e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+      if (in) s.readable = true;
+      if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
+      // The waiters resume here, in this pass: a post would run them only
+      // after the event loop's next epoll_wait. One may close this socket
+      // (and a new one take its number): each is looked up afresh.
+      const auto run = [&](Want want) {
+        Handler& w = slots_[i].waiter[static_cast<std::size_t>(want)];
+        if (w) asio::dispatch(asio::append(std::exchange(w, nullptr), error_code{}));
+      };
+      if (in) {
+        run(Want::Read);
+        run(Want::Peek);
+      }
+      if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) run(Want::Write);
     }
     if (n < kBatch) return;
   }

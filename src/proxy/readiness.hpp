@@ -32,6 +32,14 @@
 //     since that look is not known (HAProxy and nginx know no more); a
 //     caller that needs the present (a request that must not be sent into a
 //     closed connection) still peeks.
+//
+// A watched socket is the set's alone: Stream hands it out of Asio's reactor
+// (Asio registers every socket it opens in its own epoll, so each arrival
+// would otherwise wake two sets: a second wake-up callback, run in the
+// sender's time, and a second event for Asio's loop to sort). So the set
+// also says when a socket that was full can take more (EPOLLOUT, which
+// the kernel reports only after a send found it full), and waits for a
+// peer's close as well as for data.
 // Everything runs on the worker's thread; no lock.
 #pragma once
 
@@ -42,6 +50,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <utility>
 
 #include "proxy/asio.hpp"
 
@@ -74,13 +83,27 @@ class Readiness {
   /// A receive found fd empty and not closed (EAGAIN): a close mark was
   /// not for this socket's stream (an error-queue event), so it goes too.
   void reopened(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].hup = false; }
-  /// Calls the handler when fd is marked readable (at once, posted, when it
-  /// is). One waiter per descriptor. cancel() ends it with operation_aborted.
+  /// What a wait is for. One waiter of each kind per descriptor.
+  enum class Want : std::uint8_t {
+    Read,   ///< the reader: marked readable (at once, posted, when it is)
+    Peek,   ///< a watch for a close or for stray bytes: the same condition
+    Write,  ///< room to send, after a send found the socket full
+  };
+  /// Calls the handler when fd is ready for `want`, or with an error (the
+  /// watch ended: operation_aborted; never watched: bad_descriptor). A
+  /// close or an error on the socket ends a Write wait too (the next send
+  /// then says what). cancel() ends every wait with operation_aborted.
+  template <typename Token>
+  auto async_wait(int fd, Want want, Token&& token) {
+    return asio::async_initiate<Token, void(error_code)>(
+        [this, fd, want](auto handler) {
+          start_wait(fd, want, asio::any_completion_handler<void(error_code)>(std::move(handler)));
+        },
+        token);
+  }
   template <typename Token>
   auto async_wait(int fd, Token&& token) {
-    return asio::async_initiate<Token, void(error_code)>(
-        [this, fd](auto handler) { start_wait(fd, asio::any_completion_handler<void(error_code)>(std::move(handler))); },
-        token);
+    return async_wait(fd, Want::Read, std::forward<Token>(token));
   }
   void cancel(int fd) noexcept;
   /// Before the io_context goes: stops draining and releases what waits
@@ -97,12 +120,14 @@ class Readiness {
     const void* owner = nullptr;
     bool readable = false;
     bool hup = false;  ///< the peer closed, or the socket failed: for good
-    asio::any_completion_handler<void(error_code)> waiter;
+    asio::any_completion_handler<void(error_code)> waiter[3];  ///< by Want
   };
+  using Handler = asio::any_completion_handler<void(error_code)>;
   using Descriptor = asio::posix::basic_stream_descriptor<Executor>;
 
-  void start_wait(int fd, asio::any_completion_handler<void(error_code)> h);
-  void wake(Slot& s, error_code ec);
+  void start_wait(int fd, Want want, Handler h);
+  static void wake(Executor ex, Handler& w, error_code ec);
+  void wake_all(Slot& s, error_code ec);
   void arm();
 
   Executor ex_;

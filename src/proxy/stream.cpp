@@ -3,6 +3,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -49,7 +50,35 @@ bool socket_quiet(int fd) noexcept {
 
 Stream::~Stream() {
   unwatch();
+  if (fd_ >= 0) ::close(fd_);
   if (ssl_) SSL_free(ssl_);
+}
+
+void Stream::watch(Readiness& r) noexcept {
+  if (ssl_ || rd_ || !sock_.is_open()) return;
+  const int fd = sock_.native_handle();
+  if (!r.watch(fd, this)) return;  // not watched: Asio's socket as before
+  // Out of Asio's reactor (its epoll_ctl DEL); the descriptor stays open.
+  error_code ec;
+  const int own = sock_.release(ec);
+  if (ec || own != fd) {
+    r.forget(fd, this);
+    return;
+  }
+  fd_ = own;
+  rd_ = &r;
+}
+
+void Stream::to_asio() noexcept {
+  if (fd_ < 0) return;
+  unwatch();
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  const bool v6 = ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) == 0 && ss.ss_family == AF_INET6;
+  error_code ec;
+  sock_.assign(v6 ? tcp::v6() : tcp::v4(), fd_, ec);
+  if (ec) ::close(fd_);  // the stream ends closed rather than leak
+  fd_ = -1;
 }
 
 void Stream::attach(ssl_st* ssl) noexcept {
@@ -131,7 +160,7 @@ awaitable<Stream::ReadResult> Stream::read_unwatched(BufferSource into) {
 }
 
 awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
-  const int fd = sock_.native_handle();
+  const int fd = fd_;
   for (;;) {
     if (!rd_->readable(fd)) {
       auto [ec] = co_await rd_->async_wait(fd, nothrow);
@@ -141,13 +170,42 @@ awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
     if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
     const asio::mutable_buffer b = into();
     error_code ec;
-    const std::size_t n = sock_.read_some(b, ec);
+    const std::size_t n = proxy::read_now(fd, b, ec);
     if (noted(n, b.size(), ec)) {
       into.empty_read();
       continue;
     }
     co_return ReadResult{ec, n};
   }
+}
+
+awaitable<Stream::ReadResult> Stream::read_watched_some(asio::mutable_buffer b) {
+  // A cancel before this read began is not for it (as with Asio's reads).
+  cancelled_ = false;
+  co_return co_await read_watched(BufferSource::of(b));  // b lives in this frame
+}
+
+awaitable<Stream::WriteResult> Stream::watched_write_all(const http::Buffers& bufs) {
+  error_code ec;
+  const std::size_t n = proxy::write_now(fd_, bufs, ec);
+  if (ec || n == asio::buffer_size(bufs)) co_return WriteResult{ec, n};
+  co_return co_await watched_write_rest(bufs, n);
+}
+
+awaitable<Stream::WriteResult> Stream::watched_write_rest(const http::Buffers& bufs, std::size_t done) {
+  const std::size_t total = asio::buffer_size(bufs);
+  while (done < total) {
+    // The last send found the socket full: wait for room (the set reports
+    // it as a new edge, or a close or an error, which the send then names).
+    auto [wec] = co_await rd_->async_wait(fd_, Readiness::Want::Write, nothrow);
+    if (wec) co_return WriteResult{wec, done};
+    boost::beast::buffers_suffix<http::Buffers> rest(bufs);
+    rest.consume(done);
+    error_code ec;
+    done += proxy::write_now(fd_, rest, ec);
+    if (ec) co_return WriteResult{ec, done};
+  }
+  co_return WriteResult{error_code{}, done};
 }
 
 bool Stream::tls_buffered() const noexcept { return SSL_has_pending(ssl_) == 1; }
@@ -207,9 +265,16 @@ awaitable<Stream::WriteResult> Stream::tls_write_all(http::Buffers bufs) {
 Stream::Poll Stream::poll(IoBuffer& into) noexcept {
   if (!ssl_) {
     char c;
-    const ssize_t n = ::recv(sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t n = ::recv(native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0) return Poll::Data;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Poll::Nothing;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // Empty and open: a watched mark goes, or the next wait ends at once.
+      if (rd_) {
+        rd_->emptied(fd_);
+        rd_->reopened(fd_);
+      }
+      return Poll::Nothing;
+    }
     return Poll::End;
   }
   auto buf = into.prepare();
@@ -225,8 +290,8 @@ Stream::Poll Stream::poll(IoBuffer& into) noexcept {
 
 bool Stream::quiet() noexcept {
   if (!ssl_) {
-    if (!socket_quiet(sock_.native_handle())) return false;
-    if (rd_) rd_->emptied(sock_.native_handle());
+    if (!socket_quiet(native_handle())) return false;
+    if (rd_) rd_->emptied(fd_);
     return true;
   }
   if (closed_ || tls_buffered()) return false;
@@ -247,6 +312,10 @@ void Stream::shutdown_send() noexcept {
     ERR_clear_error();
   }
   closed_ = true;
+  if (fd_ >= 0) {
+    ::shutdown(fd_, SHUT_WR);
+    return;
+  }
   error_code ec;
   sock_.shutdown(tcp::socket::shutdown_send, ec);
 }
@@ -258,6 +327,12 @@ void Stream::close() noexcept {
     ERR_clear_error();
   }
   closed_ = true;
+  if (fd_ >= 0) {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
   error_code ec;
   sock_.shutdown(tcp::socket::shutdown_both, ec);
   sock_.close(ec);

@@ -67,21 +67,25 @@ class Stream {
   /// Hands the connection on (an HTTP/1.1 connection that turned out to be
   /// HTTP/2); the TLS session stays bound to the same descriptor.
   Stream(Stream&& o) noexcept
-      : sock_((o.unwatch(), std::move(o.sock_))),
+      : sock_((o.to_asio(), std::move(o.sock_))),
         ssl_(std::exchange(o.ssl_, nullptr)),
         want_write_(o.want_write_),
         closed_(std::exchange(o.closed_, true)) {}
 
   /// Keeps this cleartext socket's readiness in the worker's set
   /// (proxy/readiness.hpp): read_later() then reads only when epoll said
-  /// so, and seen_quiet() answers without a syscall. Once connected, in
+  /// so, and seen_quiet() answers without a syscall. The descriptor leaves
+  /// Asio's reactor for good (one epoll set per socket, not two): from then
+  /// on every wait, a write's included, is the set's, and socket() is a
+  /// closed socket that only lends its executor. Once connected, in
   /// non-blocking mode; a TLS stream is not watched.
-  void watch(Readiness& r) noexcept {
-    if (!ssl_ && r.watch(sock_.native_handle(), this)) rd_ = &r;
-  }
+  void watch(Readiness& r) noexcept;
 
+  /// Asio's socket, until the stream is watched (then closed: see watch()).
   Socket& socket() noexcept { return sock_; }
   const Socket& socket() const noexcept { return sock_; }
+  /// The descriptor, watched or not.
+  int native_handle() noexcept { return fd_ >= 0 ? fd_ : sock_.native_handle(); }
   bool tls() const noexcept { return ssl_ != nullptr; }
   ssl_st* ssl() const noexcept { return ssl_; }
   /// Takes ownership of a TLS session bound to this socket (the caller made
@@ -94,6 +98,7 @@ class Stream {
 
   /// Reads some bytes, waiting for them if none are there.
   awaitable<ReadResult> read_some(asio::mutable_buffer b) {
+    if (fd_ >= 0) return read_watched_some(b);
     if (!ssl_) [[likely]] return sock_.async_read_some(b, nothrow);
     return tls_read_some(b);
   }
@@ -120,8 +125,9 @@ class Stream {
   /// A watched socket's mark follows the receive (Readiness' rules).
   std::size_t read_now(asio::mutable_buffer b, error_code& ec) {
     if (ssl_) return tls_read_now(b, ec);
-    const std::size_t n = sock_.read_some(b, ec);
-    if (rd_) noted(n, b.size(), ec);
+    if (fd_ < 0) return sock_.read_some(b, ec);
+    const std::size_t n = proxy::read_now(fd_, b, ec);
+    noted(n, b.size(), ec);
     return n;
   }
   /// Bytes held inside the stream that a read returns although the socket
@@ -131,6 +137,7 @@ class Stream {
   /// Writes all of bufs: inline when the socket takes it, waiting for what
   /// it does not. The socket must be in non-blocking mode.
   awaitable<WriteResult> write_all(const http::Buffers& bufs) {
+    if (fd_ >= 0) return watched_write_all(bufs);
     if (!ssl_) [[likely]] return proxy::write_all(sock_, bufs);
     return tls_write_all(bufs);
   }
@@ -138,12 +145,14 @@ class Stream {
   /// (a TLS stream takes none here: its records go out in write_rest()).
   /// When that is all of bufs, the write needs no coroutine.
   std::size_t write_now(const http::Buffers& bufs, error_code& ec) {
-    if (!ssl_) [[likely]] return proxy::write_now(sock_, bufs, ec);
+    if (fd_ >= 0) [[likely]] return proxy::write_now(fd_, bufs, ec);
+    if (!ssl_) return proxy::write_now(sock_, bufs, ec);
     return 0;
   }
   /// The rest of a write after write_now() took `done` bytes of it.
   awaitable<WriteResult> write_rest(const http::Buffers& bufs, std::size_t done) {
-    if (!ssl_) [[likely]] return proxy::write_rest(sock_, bufs, done);
+    if (fd_ >= 0) [[likely]] return watched_write_rest(bufs, done);
+    if (!ssl_) return proxy::write_rest(sock_, bufs, done);
     assert(done == 0);
     return tls_write_all(bufs);
   }
@@ -151,6 +160,7 @@ class Stream {
   /// Waits until the socket is readable (or returns at once when the
   /// stream already holds bytes); then read_now().
   awaitable<std::tuple<error_code>> wait_readable() {
+    if (fd_ >= 0) return rd_->async_wait(fd_, Readiness::Want::Peek, nothrow);
     if (!ssl_) [[likely]] return sock_.async_wait(tcp::socket::wait_read, nothrow);
     return tls_wait_readable();
   }
@@ -159,6 +169,10 @@ class Stream {
   /// then asks poll(), and waits again on Poll::Nothing.
   template <typename Handler>
   void wait_readable(Handler&& h) {
+    if (fd_ >= 0) {
+      rd_->async_wait(fd_, Readiness::Want::Peek, std::forward<Handler>(h));
+      return;
+    }
     if (ssl_ && tls_buffered()) {
       asio::post(sock_.get_executor(), [h = std::forward<Handler>(h)]() mutable { h(error_code{}); });
       return;
@@ -179,14 +193,17 @@ class Stream {
   /// since it was last emptied, as of the event loop's last look: what
   /// HAProxy and nginx know of an idle connection, for no syscall. False
   /// when not watched, or when something did arrive (ask quiet()).
-  bool seen_quiet() noexcept { return rd_ && !rd_->readable(sock_.native_handle()); }
+  bool seen_quiet() noexcept { return rd_ && !rd_->readable(fd_); }
   /// Frees what an idle TLS session holds (its record buffers); none is
   /// held by a cleartext stream.
   void release_buffers() noexcept;
 
   void cancel() noexcept {
     cancelled_ = true;  // seen by read_later between its pass and its read
-    if (rd_) rd_->cancel(sock_.native_handle());
+    if (rd_) {
+      rd_->cancel(fd_);
+      return;
+    }
     error_code ec;
     sock_.cancel(ec);
   }
@@ -210,11 +227,14 @@ class Stream {
  private:
   awaitable<ReadResult> tls_read_some(asio::mutable_buffer b);
   awaitable<ReadResult> read_watched(BufferSource into);
+  awaitable<ReadResult> read_watched_some(asio::mutable_buffer b);
   awaitable<ReadResult> read_unwatched(BufferSource into);
+  awaitable<WriteResult> watched_write_all(const http::Buffers& bufs);
+  awaitable<WriteResult> watched_write_rest(const http::Buffers& bufs, std::size_t done);
   /// What a receive of `asked` bytes that returned n (or ec) tells a
   /// watched socket's mark. True: it found nothing (EAGAIN).
   bool noted(std::size_t n, std::size_t asked, const error_code& ec) noexcept {
-    const int fd = sock_.native_handle();
+    const int fd = fd_;
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       rd_->emptied(fd);   // an edge that came before the bytes did
       rd_->reopened(fd);  // and no close is pending: a closed socket reads 0
@@ -224,10 +244,13 @@ class Stream {
     if (!ec && n < asked) rd_->emptied(fd);
     return false;
   }
+  /// Leaves the readiness set (the descriptor stays open, ours).
   void unwatch() noexcept {
-    if (rd_) rd_->forget(sock_.native_handle(), this);
+    if (rd_) rd_->forget(fd_, this);
     rd_ = nullptr;
   }
+  /// Gives a watched descriptor back to an Asio socket (a hand-over).
+  void to_asio() noexcept;
   std::size_t tls_read_now(asio::mutable_buffer b, error_code& ec);
   bool tls_buffered() const noexcept;
   awaitable<std::tuple<error_code>> tls_wait_readable();
@@ -235,12 +258,13 @@ class Stream {
   /// The readiness the last TLS operation waits for.
   tcp::socket::wait_type want() const noexcept { return want_write_ ? tcp::socket::wait_write : tcp::socket::wait_read; }
 
-  Socket sock_;
+  Socket sock_;  ///< closed while watched: fd_ is the descriptor then
+  int fd_ = -1;  ///< a watched stream's descriptor, out of Asio's reactor
   ssl_st* ssl_ = nullptr;
   bool want_write_ = false;
   bool closed_ = false;
   bool cancelled_ = false;
-  Readiness* rd_ = nullptr;  ///< the worker's set, when watched
+  Readiness* rd_ = nullptr;  ///< the worker's set, when watched (then fd_ >= 0)
 };
 
 }  // namespace levee::proxy

@@ -19,6 +19,12 @@ batch counts only if every exchange took under 10 ms and every request
 came within 100 ms of the one before, as seen by the client (an upper
 bound of what levee saw); a batch that did not (a machine too busy to
 judge by) is recorded again, up to three times.
+
+Each of those sockets is also in one epoll set only, the readiness set:
+Asio registers every socket it opens in its own set, so a socket left
+there too would wake two sets per arrival (a second wake-up callback in
+the sender's time, a second event for the event loop to sort). The
+kernel lists each epoll set's descriptors in /proc/PID/fdinfo.
 """
 import os
 import re
@@ -53,6 +59,21 @@ def read_answer(s):
     while len(body) < int(m.group(1)):
         body += s.recv(65536)
     return head
+
+
+def epoll_sets_holding(pid, fd):
+    """How many of process pid's epoll sets have its descriptor fd."""
+    n = 0
+    for e in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{e}") != "anon_inode:[eventpoll]":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{e}") as f:
+                info = f.read()
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        n += len(re.findall(r"(?m)^tfd:\s*%d\s" % fd, info))
+    return n
 
 
 def worker_thread(pid):
@@ -158,6 +179,10 @@ class KeepAliveSyscalls(unittest.TestCase):
         up_reads = calls(ufd, ["recvfrom", "recvmsg", "read"])
         self.assertEqual([ln for ln in up_reads if "EAGAIN" in ln], [], "a receive found nothing upstream")
         self.assertEqual(rearms(ufd), [], "an epoll re-arm for the backend's socket")
+        # One epoll set each: the readiness set, not Asio's as well.
+        pid = self.lv.proc.p.pid
+        self.assertEqual(epoll_sets_holding(pid, int(cfd)), 1, "the client's socket is in more than one epoll set")
+        self.assertEqual(epoll_sets_holding(pid, int(ufd)), 1, "the backend's socket is in more than one epoll set")
 
 
 if __name__ == "__main__":

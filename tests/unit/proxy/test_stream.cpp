@@ -9,7 +9,8 @@
 // connections use; the watched one is also checked for what it tells the
 // pool about an idle connection without a syscall, and both for holding
 // the caller's buffer only while bytes are read. Last, the write split
-// (write_now, write_rest) both hops use.
+// (write_now, write_rest) both hops use, bare and watched (a watched
+// socket is out of Asio's reactor: its writes wait in the readiness set).
 #include <catch2/catch_test_macros.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -43,8 +44,12 @@ struct Pair {
     s.non_blocking(true);  // as the listener sets every accepted socket
     stream.emplace(std::move(s));
     if (watched) {
+      const int fd = stream->native_handle();
       stream->watch(rd);
       REQUIRE(rd.watched() == 1);
+      // Out of Asio's reactor: the descriptor is the stream's own now.
+      REQUIRE(!stream->socket().is_open());
+      REQUIRE(stream->native_handle() == fd);
     }
   }
 
@@ -146,7 +151,7 @@ TEST_CASE("read_later wakes for bytes that arrive after it found none", "[stream
     // waits for the set's word instead of trying a receive that finds nothing.
     read_all(p, "response");
     settle(p);
-    CHECK(!p.rd.readable(p.stream->socket().native_handle()));
+    CHECK(!p.rd.readable(p.stream->native_handle()));
     CHECK(p.stream->seen_quiet());
   }
   char buf[64];
@@ -307,7 +312,7 @@ TEST_CASE("forgetting a watched stream ends its wait", "[stream]") {
   p.start(r, buf, sizeof buf);
   p.ctx.poll();
   REQUIRE(!r.done);
-  const int fd = p.stream->socket().native_handle();
+  const int fd = p.stream->native_handle();
   p.rd.forget(fd, &*p.stream);
   p.finish(r);
   REQUIRE(r.done);
@@ -320,7 +325,7 @@ TEST_CASE("forgetting a watched stream ends its wait", "[stream]") {
 // coroutine runs for it); write_rest() sends the remainder once the peer
 // reads, and the bytes arrive whole and in order.
 TEST_CASE("write_now takes what fits; write_rest sends the rest in order", "[stream]") {
-  Pair p;
+  Pair p(GENERATE(false, true));
   std::string small = "HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n";
   std::string body = "ok\n";
   levee::http::Buffers bufs;
@@ -372,4 +377,47 @@ TEST_CASE("write_now takes what fits; write_rest sends the rest in order", "[str
   CHECK_FALSE(rest->first);
   CHECK(rest->second == big.size());
   CHECK(received == big);
+}
+
+// A watch for the client leaving (or the backend speaking) waits in the
+// readiness set, and a look that found nothing clears the mark: otherwise
+// the next wait would end at once, again and again, while nothing comes.
+TEST_CASE("a watched stream's readiness wait ends for bytes, not for a look that found nothing", "[stream]") {
+  Pair p(true);  // just watched: nothing known, so marked
+  IoBuffer into(64, 64);
+  int woken = 0;
+  error_code got;
+  const auto wait = [&] {
+    p.stream->wait_readable([&](error_code ec) {
+      ++woken;
+      got = ec;
+    });
+  };
+  wait();
+  settle(p);
+  REQUIRE(woken == 1);  // marked: the caller looks
+  CHECK(!got);
+  CHECK(p.stream->poll(into) == Stream::Poll::Nothing);
+  wait();
+  settle(p);
+  CHECK(woken == 1);  // the look cleared the mark
+  asio::write(p.peer, asio::buffer("x", 1));
+  p.ctx.restart();
+  p.ctx.run_one_for(1s);  // the set's drain
+  settle(p);
+  REQUIRE(woken == 2);
+  CHECK(!got);
+  CHECK(p.stream->poll(into) == Stream::Poll::Data);
+  // A cancel ends a pending wait.
+  char c;
+  error_code rec;
+  CHECK(p.stream->read_now(asio::buffer(&c, 1), rec) == 1);
+  CHECK(p.stream->poll(into) == Stream::Poll::Nothing);
+  wait();
+  settle(p);
+  CHECK(woken == 2);
+  p.stream->cancel();
+  settle(p);
+  CHECK(woken == 3);
+  CHECK(got == asio::error::operation_aborted);
 }
