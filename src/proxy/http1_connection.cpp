@@ -18,6 +18,13 @@
 
 namespace levee::proxy {
 
+namespace {
+/// The largest first piece of a response body copied in behind its head
+/// (Http1Connection::send_response): well below what a sendmsg costs more
+/// than a send.
+constexpr std::size_t kJoinBody = 2048;
+}  // namespace
+
 using core::Reason;
 namespace beast_http = boost::beast::http;
 
@@ -477,6 +484,23 @@ Sent Http1Connection::send_response(const ResponseStart& r, std::string_view fir
   out.clear();
   http::write_downstream_head(out, d);
   b_->out_bufs.clear();
+  // A small first piece joins the head in its buffer: one send(), where
+  // two pieces would take a sendmsg() whose header and iovec the kernel
+  // copies in first. The copy is cheaper (HAProxy sends one buffer too).
+  // Only into room the buffer has: the join never allocates.
+  if (!r.no_body && first.size() <= kJoinBody && out.size() + first.size() + 32 <= out.capacity()) {
+    if (chunked_out_ && !first.empty()) {
+      char head[24];
+      out.append(head, http::chunk_header(head, first.size()));
+      out.append(first);
+      out.append("\r\n");
+    } else {
+      out.append(first);
+    }
+    if (last && chunked_out_) out.append("0\r\n\r\n");
+    b_->out_bufs.push(asio::buffer(out));
+    return put();
+  }
   b_->out_bufs.push(asio::buffer(out));
   if (!r.no_body) {
     b_->out_bufs.push_body(asio::buffer(first), chunked_out_, b_->chunk_head);
