@@ -58,32 +58,46 @@ inline std::size_t read_now(Socket& s, asio::mutable_buffer b, error_code& ec) {
 // reactor), with Asio's results: would_block when nothing is there, eof for
 // a closed peer, and no SIGPIPE.
 
-/// Writes what the socket takes now (as write_now above).
+/// Writes what the socket takes now (as write_now above). Any number of
+/// pieces: a short send means the socket is full, never that pieces were
+/// left out.
 template <typename Buffers>
 std::size_t write_now(int fd, const Buffers& bufs, error_code& ec) {
   ec = {};
-  iovec iov[8];
-  std::size_t n = 0;
-  for (auto it = asio::buffer_sequence_begin(bufs); it != asio::buffer_sequence_end(bufs) && n < 8; ++it) {
-    const asio::const_buffer piece = *it;
-    if (piece.size() > 0) iov[n++] = iovec{const_cast<void*>(piece.data()), piece.size()};
-  }
-  if (n == 0) return 0;
-  for (;;) {
-    ssize_t r;
-    if (n == 1) {
-      r = ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    } else {
-      msghdr m{};
-      m.msg_iov = iov;
-      m.msg_iovlen = n;
-      r = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  constexpr std::size_t kIov = 8;
+  std::size_t total = 0;
+  auto it = asio::buffer_sequence_begin(bufs);
+  const auto end = asio::buffer_sequence_end(bufs);
+  while (it != end) {
+    iovec iov[kIov];
+    std::size_t n = 0;
+    std::size_t offered = 0;
+    for (; it != end && n < kIov; ++it) {
+      const asio::const_buffer piece = *it;
+      if (piece.size() == 0) continue;
+      iov[n++] = iovec{const_cast<void*>(piece.data()), piece.size()};
+      offered += piece.size();
     }
-    if (r >= 0) return static_cast<std::size_t>(r);
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) ec = error_code(errno, boost::system::system_category());
-    return 0;
+    if (n == 0) break;
+    ssize_t r;
+    do {
+      if (n == 1) {
+        r = ::send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      } else {
+        msghdr m{};
+        m.msg_iov = iov;
+        m.msg_iovlen = n;
+        r = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) ec = error_code(errno, boost::system::system_category());
+      return total;
+    }
+    total += static_cast<std::size_t>(r);
+    if (static_cast<std::size_t>(r) < offered) return total;  // full
   }
+  return total;
 }
 
 /// Reads what the socket holds now (as read_now above).

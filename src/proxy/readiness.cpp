@@ -50,7 +50,7 @@ bool Readiness::watch(int fd, const void* owner) noexcept {
   Slot& s = slots_[i];
   s.owner = owner;
   s.readable = true;
-  s.hup = false;
+  s.hup = s.failed = false;
   ++watched_;
   if (!armed_) arm();
   return true;
@@ -61,9 +61,17 @@ void Readiness::forget(int fd, const void* owner) noexcept {
   if (fd < 0 || i >= slots_.size() || slots_[i].owner != owner || owner == nullptr) return;
   Slot& s = slots_[i];
   s.owner = nullptr;
-  s.readable = s.hup = false;
+  s.readable = s.hup = s.failed = false;
   --watched_;
   wake_all(s, asio::error::operation_aborted);
+}
+
+void Readiness::release(int fd, const void* owner) noexcept {
+  const auto i = static_cast<std::size_t>(fd);
+  if (fd < 0 || i >= slots_.size() || slots_[i].owner != owner || owner == nullptr) return;
+  forget(fd, owner);
+  epoll_event ev{};
+  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, &ev);
 }
 
 void Readiness::start_wait(int fd, Want want, Handler h) {
@@ -78,8 +86,10 @@ void Readiness::start_wait(int fd, Want want, Handler h) {
   w.swap(h);  // not operator=: Asio 1.81's wraps the handler in itself, without end
   if (!s.owner) return wake(ex_, w, asio::error::bad_descriptor);
   // A Write wait begins after a send found the socket full: the room that
-  // frees later is a new edge, which a drain reports.
-  if (want == Want::Write ? s.hup : (s.readable || s.hup)) wake(ex_, w, error_code{});
+  // frees later is a new edge, which a drain reports. Only a failed socket
+  // ends it at once (its next send fails): one whose peer stopped sending
+  // but not reading must wait, or the writer would spin on EAGAIN.
+  if (want == Want::Write ? s.failed : (s.readable || s.hup)) wake(ex_, w, error_code{});
 }
 
 void Readiness::cancel(int fd) noexcept {
@@ -125,6 +135,7 @@ void Readiness::drain() noexcept {
       const bool in = e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
       if (in) s.readable = true;
       if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
+      if (e & (EPOLLHUP | EPOLLERR)) s.failed = true;
       // The waiters resume here, in this pass: a post would run them only
       // after the event loop's next epoll_wait. One may close this socket
       // (and a new one take its number): each is looked up afresh.

@@ -71,6 +71,9 @@ class Readiness {
   /// watch ends (the descriptor may have been closed and reused). Before
   /// the descriptor is closed; the kernel drops it from the set on close.
   void forget(int fd, const void* owner) noexcept;
+  /// forget(), and the descriptor leaves the set now: it stays open and
+  /// goes elsewhere (back to Asio's reactor).
+  void release(int fd, const void* owner) noexcept;
   /// Whether something may have arrived since fd was last emptied, or the
   /// peer closed (a close stays readable: a FIN that came with the last
   /// bytes makes no edge of its own once those bytes are read).
@@ -82,7 +85,10 @@ class Readiness {
   void emptied(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].readable = false; }
   /// A receive found fd empty and not closed (EAGAIN): a close mark was
   /// not for this socket's stream (an error-queue event), so it goes too.
-  void reopened(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].hup = false; }
+  void reopened(int fd) noexcept {
+    Slot& s = slots_[static_cast<std::size_t>(fd)];
+    s.hup = s.failed = false;
+  }
   /// What a wait is for. One waiter of each kind per descriptor.
   enum class Want : std::uint8_t {
     Read,   ///< the reader: marked readable (at once, posted, when it is)
@@ -91,8 +97,10 @@ class Readiness {
   };
   /// Calls the handler when fd is ready for `want`, or with an error (the
   /// watch ended: operation_aborted; never watched: bad_descriptor). A
-  /// close or an error on the socket ends a Write wait too (the next send
-  /// then says what). cancel() ends every wait with operation_aborted.
+  /// reset or an error on the socket (EPOLLHUP, EPOLLERR) ends a Write wait
+  /// too, and the next send says what; a peer that only stopped sending
+  /// (EPOLLRDHUP) may still read, so it does not. cancel() ends every
+  /// wait with operation_aborted.
   template <typename Token>
   auto async_wait(int fd, Want want, Token&& token) {
     return asio::async_initiate<Token, void(error_code)>(
@@ -119,7 +127,8 @@ class Readiness {
   struct Slot {
     const void* owner = nullptr;
     bool readable = false;
-    bool hup = false;  ///< the peer closed, or the socket failed: for good
+    bool hup = false;     ///< the peer closed, or the socket failed: for good
+    bool failed = false;  ///< reset or failed (no EPOLLRDHUP): sends fail too
     asio::any_completion_handler<void(error_code)> waiter[3];  ///< by Want
   };
   using Handler = asio::any_completion_handler<void(error_code)>;

@@ -71,7 +71,9 @@ void Stream::watch(Readiness& r) noexcept {
 
 void Stream::to_asio() noexcept {
   if (fd_ < 0) return;
-  unwatch();
+  // Out of the set now (not at close): Asio's reactor takes it back.
+  if (rd_) rd_->release(fd_, this);
+  rd_ = nullptr;
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   const bool v6 = ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) == 0 && ss.ss_family == AF_INET6;
@@ -79,6 +81,9 @@ void Stream::to_asio() noexcept {
   sock_.assign(v6 ? tcp::v6() : tcp::v4(), fd_, ec);
   if (ec) ::close(fd_);  // the stream ends closed rather than leak
   fd_ = -1;
+  // As every connected socket here is: a would-block ends a write or a
+  // read at once (Asio's synchronous calls would otherwise poll and wait).
+  if (!ec) sock_.non_blocking(true, ec);
 }
 
 void Stream::attach(ssl_st* ssl) noexcept {
@@ -194,11 +199,14 @@ awaitable<Stream::WriteResult> Stream::watched_write_all(const http::Buffers& bu
 
 awaitable<Stream::WriteResult> Stream::watched_write_rest(const http::Buffers& bufs, std::size_t done) {
   const std::size_t total = asio::buffer_size(bufs);
+  const std::uint32_t cancels = cancels_;  // a cancel before this began is not for it
   while (done < total) {
     // The last send found the socket full: wait for room (the set reports
-    // it as a new edge, or a close or an error, which the send then names).
+    // it as a new edge, or an error, which the send then names).
     auto [wec] = co_await rd_->async_wait(fd_, Readiness::Want::Write, nothrow);
     if (wec) co_return WriteResult{wec, done};
+    // Woken, yet cancelled before this resumed (a wake that was posted).
+    if (cancels_ != cancels) co_return WriteResult{asio::error::operation_aborted, done};
     boost::beast::buffers_suffix<http::Buffers> rest(bufs);
     rest.consume(done);
     error_code ec;
@@ -291,7 +299,10 @@ Stream::Poll Stream::poll(IoBuffer& into) noexcept {
 bool Stream::quiet() noexcept {
   if (!ssl_) {
     if (!socket_quiet(native_handle())) return false;
-    if (rd_) rd_->emptied(fd_);
+    if (rd_) {
+      rd_->emptied(fd_);
+      rd_->reopened(fd_);  // empty and open: as a receive's EAGAIN says
+    }
     return true;
   }
   if (closed_ || tls_buffered()) return false;

@@ -200,6 +200,7 @@ class Stream {
 
   void cancel() noexcept {
     cancelled_ = true;  // seen by read_later between its pass and its read
+    ++cancels_;         // seen by a watched write between its wait and its send
     if (rd_) {
       rd_->cancel(fd_);
       return;
@@ -264,6 +265,7 @@ class Stream {
   bool want_write_ = false;
   bool closed_ = false;
   bool cancelled_ = false;
+  std::uint32_t cancels_ = 0;
   Readiness* rd_ = nullptr;  ///< the worker's set, when watched (then fd_ >= 0)
 };
 

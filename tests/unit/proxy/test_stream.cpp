@@ -10,7 +10,9 @@
 // pool about an idle connection without a syscall, and both for holding
 // the caller's buffer only while bytes are read. Last, the write split
 // (write_now, write_rest) both hops use, bare and watched (a watched
-// socket is out of Asio's reactor: its writes wait in the readiness set).
+// socket is out of Asio's reactor: its writes wait in the readiness set,
+// and a peer that only stopped sending must not end that wait), and a
+// watched stream's hand-over back to an Asio socket.
 #include <catch2/catch_test_macros.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -420,4 +422,63 @@ TEST_CASE("a watched stream's readiness wait ends for bytes, not for a look that
   settle(p);
   CHECK(woken == 3);
   CHECK(got == asio::error::operation_aborted);
+}
+
+// A peer that stopped sending may still be reading (or not yet): its
+// close mark must not end a write's wait for room, or the writer would
+// try, find the socket full and try again without end, and a cancel
+// (a deadline) would never find it waiting.
+TEST_CASE("a watched write waits for room when the peer has only stopped sending", "[stream]") {
+  Pair p(true);
+  p.peer.shutdown(tcp::socket::shutdown_send);
+  p.ctx.restart();
+  p.ctx.run_one_for(1s);  // the set's drain: it sees the peer's FIN
+  settle(p);
+  std::string big(16 << 20, 'x');
+  levee::http::Buffers bufs;
+  bufs.push(asio::buffer(big));
+  error_code ec;
+  const std::size_t taken = p.stream->write_now(bufs, ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(taken < big.size());
+  std::optional<Stream::WriteResult> rest;
+  asio::co_spawn(
+      p.ctx, [&]() -> awaitable<void> { rest = co_await p.stream->write_rest(bufs, taken); }, asio::detached);
+  p.ctx.restart();
+  const std::size_t ran = p.ctx.run_for(100ms);
+  CHECK(!rest);
+  CHECK(ran <= 4);  // the coroutine's start and its wait: no loop on EAGAIN
+  p.stream->cancel();
+  const auto give_up = std::chrono::steady_clock::now() + 1s;
+  while (!rest && std::chrono::steady_clock::now() < give_up) {
+    p.ctx.restart();
+    p.ctx.run_one_for(50ms);
+  }
+  REQUIRE(rest.has_value());
+  CHECK(rest->first == asio::error::operation_aborted);
+  CHECK(rest->second == taken);
+}
+
+// A connection that changes protocol (HTTP/1.1 to HTTP/2) moves its
+// Stream; a watched one goes back into an Asio socket, non-blocking as
+// every connected socket here is, and out of the readiness set.
+TEST_CASE("a watched stream handed over is an Asio socket again", "[stream]") {
+  Pair p(true);
+  Stream moved(std::move(*p.stream));
+  CHECK(p.rd.watched() == 0);
+  REQUIRE(moved.socket().is_open());
+  CHECK(moved.socket().non_blocking());
+  asio::write(p.peer, asio::buffer("hi", 2));
+  char buf[8];
+  std::optional<Stream::ReadResult> got;
+  asio::co_spawn(
+      p.ctx, [&]() -> awaitable<void> { got = co_await moved.read_some(asio::buffer(buf)); }, asio::detached);
+  const auto give_up = std::chrono::steady_clock::now() + 1s;
+  while (!got && std::chrono::steady_clock::now() < give_up) {
+    p.ctx.restart();
+    p.ctx.run_one_for(50ms);
+  }
+  REQUIRE(got.has_value());
+  CHECK_FALSE(std::get<0>(*got));
+  CHECK(std::string(buf, std::get<1>(*got)) == "hi");
 }
