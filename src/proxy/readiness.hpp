@@ -85,6 +85,9 @@ class Readiness {
   void emptied(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].readable = false; }
   /// A receive found fd empty and not closed (EAGAIN): a close mark was
   /// not for this socket's stream (an error-queue event), so it goes too.
+  /// A send found fd full (EAGAIN): no error is pending and the sending
+  /// side is open, so a failed mark was not for it (an error-queue event).
+  void full(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].failed = false; }
   void reopened(int fd) noexcept {
     Slot& s = slots_[static_cast<std::size_t>(fd)];
     s.hup = s.failed = false;

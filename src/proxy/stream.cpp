@@ -210,8 +210,10 @@ awaitable<Stream::WriteResult> Stream::watched_write_rest(const http::Buffers& b
     boost::beast::buffers_suffix<http::Buffers> rest(bufs);
     rest.consume(done);
     error_code ec;
-    done += proxy::write_now(fd_, rest, ec);
-    if (ec) co_return WriteResult{ec, done};
+    const std::size_t n = proxy::write_now(fd_, rest, ec);
+    if (ec) co_return WriteResult{ec, done + n};
+    if (n == 0) rd_->full(fd_);  // woken for nothing: wait for the next edge
+    done += n;
   }
   co_return WriteResult{error_code{}, done};
 }
