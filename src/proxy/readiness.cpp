@@ -56,20 +56,19 @@ bool Readiness::watch(int fd, const void* owner) noexcept {
   return true;
 }
 
-void Readiness::forget(int fd, const void* owner) noexcept {
+bool Readiness::forget(int fd, const void* owner) noexcept {
   const auto i = static_cast<std::size_t>(fd);
-  if (fd < 0 || i >= slots_.size() || slots_[i].owner != owner || owner == nullptr) return;
+  if (fd < 0 || i >= slots_.size() || slots_[i].owner != owner || owner == nullptr) return false;
   Slot& s = slots_[i];
   s.owner = nullptr;
   s.readable = s.hup = s.failed = false;
   --watched_;
   wake_all(s, asio::error::operation_aborted);
+  return true;
 }
 
 void Readiness::release(int fd, const void* owner) noexcept {
-  const auto i = static_cast<std::size_t>(fd);
-  if (fd < 0 || i >= slots_.size() || slots_[i].owner != owner || owner == nullptr) return;
-  forget(fd, owner);
+  if (!forget(fd, owner)) return;
   epoll_event ev{};
   ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, &ev);
 }
@@ -84,12 +83,12 @@ void Readiness::start_wait(int fd, Want want, Handler h) {
   Handler& w = s.waiter[static_cast<std::size_t>(want)];
   assert(!w);  // one waiter of each kind per socket
   w.swap(h);  // not operator=: Asio 1.81's wraps the handler in itself, without end
-  if (!s.owner) return wake(ex_, w, asio::error::bad_descriptor);
+  if (!s.owner) return wake(w, asio::error::bad_descriptor);
   // A Write wait begins after a send found the socket full: the room that
   // frees later is a new edge, which a drain reports. Only a failed socket
   // ends it at once (its next send fails): one whose peer stopped sending
   // but not reading must wait, or the writer would spin on EAGAIN.
-  if (want == Want::Write ? s.failed : (s.readable || s.hup)) wake(ex_, w, error_code{});
+  if (want == Want::Write ? s.failed : (s.readable || s.hup)) wake(w, error_code{});
 }
 
 void Readiness::cancel(int fd) noexcept {
@@ -98,12 +97,12 @@ void Readiness::cancel(int fd) noexcept {
   wake_all(slots_[i], asio::error::operation_aborted);
 }
 
-void Readiness::wake(Executor ex, Handler& w, error_code ec) {
-  if (w) asio::post(ex, asio::append(std::exchange(w, nullptr), ec));
+void Readiness::wake(Handler& w, error_code ec) {
+  if (w) asio::post(ex_, asio::append(std::exchange(w, nullptr), ec));
 }
 
 void Readiness::wake_all(Slot& s, error_code ec) {
-  for (auto& w : s.waiter) wake(ex_, w, ec);
+  for (auto& w : s.waiter) wake(w, ec);
 }
 
 void Readiness::arm() {

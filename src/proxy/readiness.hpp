@@ -68,9 +68,9 @@ class Readiness {
   /// the caller then does without.
   bool watch(int fd, const void* owner) noexcept;
   /// Stops: a waiter is woken with operation_aborted. Only `owner`'s
-  /// watch ends (the descriptor may have been closed and reused). Before
+  /// watch ends (false: fd was not owner's) (the descriptor may have been closed and reused). Before
   /// the descriptor is closed; the kernel drops it from the set on close.
-  void forget(int fd, const void* owner) noexcept;
+  bool forget(int fd, const void* owner) noexcept;
   /// forget(), and the descriptor leaves the set now: it stays open and
   /// goes elsewhere (back to Asio's reactor).
   void release(int fd, const void* owner) noexcept;
@@ -83,15 +83,16 @@ class Readiness {
   }
   /// A receive (or a peek) found fd empty.
   void emptied(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].readable = false; }
-  /// A receive found fd empty and not closed (EAGAIN): a close mark was
-  /// not for this socket's stream (an error-queue event), so it goes too.
+  /// A receive or a peek found fd empty and not closed (EAGAIN): emptied,
+  /// and a close mark was not for this socket's stream (an error-queue
+  /// event), so it goes too.
+  void empty_and_open(int fd) noexcept {
+    Slot& s = slots_[static_cast<std::size_t>(fd)];
+    s.readable = s.hup = s.failed = false;
+  }
   /// A send found fd full (EAGAIN): no error is pending and the sending
   /// side is open, so a failed mark was not for it (an error-queue event).
   void full(int fd) noexcept { slots_[static_cast<std::size_t>(fd)].failed = false; }
-  void reopened(int fd) noexcept {
-    Slot& s = slots_[static_cast<std::size_t>(fd)];
-    s.hup = s.failed = false;
-  }
   /// What a wait is for. One waiter of each kind per descriptor.
   enum class Want : std::uint8_t {
     Read,   ///< the reader: marked readable (at once, posted, when it is)
@@ -138,7 +139,7 @@ class Readiness {
   using Descriptor = asio::posix::basic_stream_descriptor<Executor>;
 
   void start_wait(int fd, Want want, Handler h);
-  static void wake(Executor ex, Handler& w, error_code ec);
+  void wake(Handler& w, error_code ec);
   void wake_all(Slot& s, error_code ec);
   void arm();
 

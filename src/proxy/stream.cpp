@@ -279,10 +279,7 @@ Stream::Poll Stream::poll(IoBuffer& into) noexcept {
     if (n > 0) return Poll::Data;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       // Empty and open: a watched mark goes, or the next wait ends at once.
-      if (rd_) {
-        rd_->emptied(fd_);
-        rd_->reopened(fd_);
-      }
+      if (rd_) rd_->empty_and_open(fd_);
       return Poll::Nothing;
     }
     return Poll::End;
@@ -301,10 +298,7 @@ Stream::Poll Stream::poll(IoBuffer& into) noexcept {
 bool Stream::quiet() noexcept {
   if (!ssl_) {
     if (!socket_quiet(native_handle())) return false;
-    if (rd_) {
-      rd_->emptied(fd_);
-      rd_->reopened(fd_);  // empty and open: as a receive's EAGAIN says
-    }
+    if (rd_) rd_->empty_and_open(fd_);  // as a receive's EAGAIN says
     return true;
   }
   if (closed_ || tls_buffered()) return false;

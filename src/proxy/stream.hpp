@@ -237,8 +237,9 @@ class Stream {
   bool noted(std::size_t n, std::size_t asked, const error_code& ec) noexcept {
     const int fd = fd_;
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      rd_->emptied(fd);   // an edge that came before the bytes did
-      rd_->reopened(fd);  // and no close is pending: a closed socket reads 0
+      // An edge that came before the bytes did, and no close is pending
+      // (a closed socket reads 0).
+      rd_->empty_and_open(fd);
       return true;
     }
     // Less than asked: the socket is empty now; what comes next is a new edge.
