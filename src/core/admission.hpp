@@ -124,6 +124,7 @@ struct Verdict {
   TimePoint expires{};               ///< when Queued: the gate drops it then (the waiter's give-up time)
   bool permit = false;               ///< Granted holding a permit of the limit (to release)
   std::uint32_t in_flight = 0;       ///< in flight once granted: the latency sample's context
+  std::uint32_t probe = 0;           ///< granted: the limit's probe it is part of (the sample's too)
   Reason dry_run = Reason::None;     ///< a dry-run gate would have refused with this
 
   bool granted() const noexcept { return kind == Kind::Granted; }
@@ -295,6 +296,7 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
     case QueueGate::Outcome::Granted:
       v.permit = true;
       v.in_flight = gate_.in_flight();
+      v.probe = q.probe;
       return v;
     case QueueGate::Outcome::Queued:
       if (cfg_.queue_mode == GateMode::Enforce) {

@@ -14,20 +14,17 @@ ConcurrencyLimit::ConcurrencyLimit(ConcurrencyLimitConfig cfg) noexcept : cfg_(c
   }
 }
 
-void ConcurrencyLimit::on_start(TimePoint now) noexcept {
-  if (!cfg_.adaptive || !probing_) return;
-  if (!probe_closed_) {
-    ++probe_started_;
-    const auto& a = cfg_.adaptive_cfg;
-    if (now - probe_begin_ >= a.min_window && probe_started_ >= a.min_samples) {
-      probe_closed_ = true;
-      probe_close_ = now;
-    }
-  }
+std::uint32_t ConcurrencyLimit::on_start(TimePoint now) noexcept {
+  if (!cfg_.adaptive || !probing_ || probe_closed_) return 0;
+  ++probe_started_;
+  const auto& a = cfg_.adaptive_cfg;
+  if (now - probe_begin_ >= a.min_window && probe_started_ >= a.min_samples) probe_closed_ = true;
+  return probe_id_;
 }
 
 void ConcurrencyLimit::start_probe(TimePoint now) noexcept {
   probing_ = true;
+  if (++probe_id_ == 0) probe_id_ = 1;  // 0 means "no probe"
   probe_begin_ = now;
   probe_closed_ = false;
   probe_started_ = 0;
@@ -51,8 +48,8 @@ void ConcurrencyLimit::finish_probe(TimePoint now) noexcept {
   drops_ = 0;
 }
 
-void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t inflight,
-                                 bool dropped) noexcept {
+void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped,
+                                 std::uint32_t probe) noexcept {
   if (!cfg_.adaptive) return;
   const auto& a = cfg_.adaptive_cfg;
   if (!window_open_) {
@@ -62,13 +59,13 @@ void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t infl
     last_probe_ = now - a.probe_interval + a.probe_interval / 5;
   }
   if (probing_) {
-    const TimePoint started = now - rtt;
-    if (started >= probe_begin_ && (!probe_closed_ || started <= probe_close_)) {
+    if (probe != 0 && probe == probe_id_) {
       probe_sum_ += to_seconds(rtt);
       ++probe_done_;
     }
     const bool all_back = probe_closed_ && probe_done_ >= probe_started_;
-    // Requests that never report (failed, cancelled) must not hold the probe open.
+    // Requests that never report (failed, cancelled: their permits come
+    // back without a sample) must not hold the probe open.
     const bool too_long = now - probe_begin_ >= a.min_window * 20;
     if (all_back || too_long) finish_probe(now);
     return;

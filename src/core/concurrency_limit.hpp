@@ -26,7 +26,11 @@
 // the probe is the no-load latency (the idea of BBR's ProbeRTT; about 1% of
 // capacity at the defaults). The probe waits for every request it started
 // to complete: closing it on a sample count would over-represent short
-// requests and bias the estimate low. Until the first probe the first
+// requests and bias the estimate low. Which requests those are is told, not
+// inferred: on_start() returns the probe's number, and the sample brings it
+// back (a start worked out as `now - rtt` misses a request whose latency is
+// measured from its send, not its grant, and kept every probe open until
+// its time limit, 20 windows). Until the first probe the first
 // window (at the small initial limit) stands in. A running minimum over
 // windows would be biased low by lucky windows, and would never be
 // refreshed if the backend's base latency rose under sustained overload.
@@ -79,13 +83,15 @@ class ConcurrencyLimit {
   bool adaptive() const noexcept { return cfg_.adaptive; }
   bool probing() const noexcept { return probing_; }
 
-  /// A request was granted a permit (started).
-  void on_start(TimePoint now) noexcept;
+  /// A request was granted a permit (started). Returns the number of the
+  /// probe it is part of (0: none), for its sample to bring back.
+  std::uint32_t on_start(TimePoint now) noexcept;
 
-  /// One completed request: its round-trip latency and the in-flight count
-  /// when it started. dropped: the backend rejected it for overload or it
-  /// timed out (treated as a strong congestion signal).
-  void on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped) noexcept;
+  /// One completed request: its round-trip latency, the in-flight count
+  /// when it started and what on_start() returned for it. dropped: the
+  /// backend rejected it for overload or it timed out (treated as a strong
+  /// congestion signal).
+  void on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped, std::uint32_t probe) noexcept;
 
   double noload_rtt_seconds() const noexcept { return noload_; }
 
@@ -114,9 +120,9 @@ class ConcurrencyLimit {
   TimePoint last_probe_{};
   bool probing_ = false;
   // the probe in progress
+  std::uint32_t probe_id_ = 0;  // its number (never 0 once one began)
   TimePoint probe_begin_{};
-  TimePoint probe_close_{};  // starts after this are not part of the probe
-  bool probe_closed_ = false;
+  bool probe_closed_ = false;  // starts from now on are not part of it
   std::uint32_t probe_started_ = 0;
   std::uint32_t probe_done_ = 0;
   double probe_sum_ = 0;

@@ -72,7 +72,7 @@ QueueGate::Wake QueueGate::grant(std::uint32_t i, TimePoint now) noexcept {
   unlink(i);
   ++in_flight_;
   w.in_flight = in_flight_;
-  note_grant(now, w.waited, n.lane);
+  w.probe = note_grant(now, w.waited, n.lane);
   return w;
 }
 
@@ -190,12 +190,12 @@ bool QueueGate::fits(TimePoint now, std::size_t ln, double drain, double sigmas)
   return span > 0 && (n - sigmas * std::sqrt(n)) / span < 0.9 * drain;
 }
 
-void QueueGate::note_grant(TimePoint now, Duration sojourn, std::size_t ln) noexcept {
+std::uint32_t QueueGate::note_grant(TimePoint now, Duration sojourn, std::size_t ln) noexcept {
   push_start(now);
-  limit_.on_start(now);
   grants_.add(now, ln, 1.0);
   min_sojourn_ = std::min(min_sojourn_, sojourn);
   queue_time_.update(now, to_seconds(sojourn));
+  return limit_.on_start(now);
 }
 
 void QueueGate::roll_codel(TimePoint now) noexcept {

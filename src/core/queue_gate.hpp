@@ -105,6 +105,7 @@ class QueueGate {
     Decision decision{};
     Duration estimated_wait{};
     TimePoint expires{};  ///< a queued entry is dropped at this time (its give-up time)
+    std::uint32_t probe = 0;  ///< Granted: the limit's probe it is part of (for its Sample)
   };
 
   /// What a sink receives for a queued entry that leaves the queue.
@@ -115,13 +116,15 @@ class QueueGate {
     Decision decision;  ///< the rejection when !granted
     Duration waited;
     std::uint32_t in_flight = 0;  ///< in flight once granted (for latency samples)
+    std::uint32_t probe = 0;      ///< granted: the limit's probe it is part of (for its Sample)
   };
 
   /// A latency sample returned with a permit.
   struct Sample {
     Duration rtt;
     std::uint32_t inflight_at_start;
-    bool dropped;  ///< backend overload answer or timeout
+    bool dropped;            ///< backend overload answer or timeout
+    std::uint32_t probe = 0;  ///< what the grant said (Arrival::probe, Wake::probe)
   };
 
   QueueGate(QueueConfig q, ConcurrencyLimitConfig l);
@@ -218,7 +221,8 @@ class QueueGate {
   std::uint32_t push(TimePoint now, std::size_t lane, TimePoint deadline, std::uint64_t cookie, Duration grace);
   void unlink(std::uint32_t i) noexcept;
   void roll_codel(TimePoint now) noexcept;
-  void note_grant(TimePoint now, Duration sojourn, std::size_t lane) noexcept;
+  /// Returns the limit's probe the grant is part of (0: none).
+  std::uint32_t note_grant(TimePoint now, Duration sojourn, std::size_t lane) noexcept;
   Wake drop(std::uint32_t i, TimePoint now) noexcept;
   Wake grant(std::uint32_t i, TimePoint now) noexcept;
   Duration estimate_wait(TimePoint now, std::uint32_t ahead) noexcept;
@@ -292,8 +296,8 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
     // pump() left free slots only if the queue is empty.
     if (in_flight_ == 0) last_departure_ = now;  // a busy period starts
     ++in_flight_;
-    note_grant(now, Duration::zero(), ln);
-    return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero()};
+    const std::uint32_t probe = note_grant(now, Duration::zero(), ln);
+    return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero(), {}, probe};
   }
   std::uint32_t ahead = 0;
   for (std::size_t k = ln + 1; k < kLanes; ++k) ahead += lists_[k].size;
@@ -340,7 +344,7 @@ void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
   last_departure_ = now;
   if (sample != nullptr) {
     latency_.update_weighted(to_seconds(sample->rtt), 0.05);
-    limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped);
+    limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped, sample->probe);
   }
   pump(now, sink);
 }

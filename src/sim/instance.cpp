@@ -214,6 +214,7 @@ void Instance::process(std::uint32_t i) {
   } else {
     x.permit = v.permit;
     x.in_flight_at_start = v.in_flight;
+    x.probe = v.probe;
     ++n_.admitted;
     forward(i);
   }
@@ -234,6 +235,7 @@ void Instance::flush_wakes() {
     Ex& x = (*ex_)[i];
     x.permit = true;
     x.in_flight_at_start = w.in_flight;
+    x.probe = w.probe;
     ++n_.admitted;
     forward(i);
   }

@@ -17,17 +17,18 @@ struct BackendModel {
     TimePoint at;
     TimePoint sent;
     std::uint32_t inflight_at_start;
+    std::uint32_t tag = 0;  ///< the caller's, handed back (a probe's number)
     bool operator>(const Done& o) const { return at > o.at; }
   };
 
   BackendModel(int workers, std::function<Duration()> service) : free(workers), service_(std::move(service)) {}
 
-  void submit(TimePoint now, std::uint32_t inflight) {
+  void submit(TimePoint now, std::uint32_t inflight, std::uint32_t tag = 0) {
     if (free > 0) {
       --free;
-      start(now, now, inflight);
+      start(now, {now, inflight, tag});
     } else {
-      waiting.push_back({now, inflight});
+      waiting.push_back({now, inflight, tag});
     }
   }
 
@@ -36,9 +37,9 @@ struct BackendModel {
     Done d = events.top();
     events.pop();
     if (!waiting.empty()) {
-      auto [sent, inf] = waiting.front();
+      const Waiting w = waiting.front();
       waiting.pop_front();
-      start(d.at, sent, inf);
+      start(d.at, w);
     } else {
       ++free;
     }
@@ -47,16 +48,21 @@ struct BackendModel {
 
   bool idle() const { return events.empty(); }
 
+  struct Waiting {
+    TimePoint sent;
+    std::uint32_t inflight;
+    std::uint32_t tag;
+  };
   int free;
-  std::deque<std::pair<TimePoint, std::uint32_t>> waiting;
+  std::deque<Waiting> waiting;
   std::priority_queue<Done, std::vector<Done>, std::greater<>> events;
   Duration served_work{};
 
  private:
-  void start(TimePoint now, TimePoint sent, std::uint32_t inflight) {
+  void start(TimePoint now, const Waiting& w) {
     Duration s = service_();
     served_work += s;
-    events.push({now + s, sent, inflight});
+    events.push({now + s, w.sent, w.inflight, w.tag});
   }
   std::function<Duration()> service_;
 };
