@@ -147,9 +147,9 @@ awaitable<Stream::ReadResult> Stream::tls_read_some(asio::mutable_buffer b) {
   }
 }
 
-awaitable<Stream::ReadResult> Stream::read_unwatched(BufferSource into) {
+awaitable<Stream::ReadResult> Stream::read_unwatched(BufferSource into, std::uint32_t cancels) {
   co_await asio::post(sock_.get_executor(), asio::use_awaitable);
-  if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
+  if (cancels_ != cancels) co_return ReadResult{asio::error::operation_aborted, 0};
   if (ssl_) co_return co_await tls_read_some(into());  // holds the buffer while it waits
   for (;;) {
     error_code ec;
@@ -160,11 +160,11 @@ awaitable<Stream::ReadResult> Stream::read_unwatched(BufferSource into) {
     if (wec) co_return ReadResult{wec, 0};
     // Readable, yet cancelled before this resumed: the cancel found no
     // wait to abort, and the next one must not outlive it.
-    if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
+    if (cancels_ != cancels) co_return ReadResult{asio::error::operation_aborted, 0};
   }
 }
 
-awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
+awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into, std::uint32_t cancels) {
   const int fd = fd_;
   for (;;) {
     if (!rd_->readable(fd)) {
@@ -172,7 +172,7 @@ awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
       if (ec) co_return ReadResult{ec, 0};
     }
     // Woken, yet cancelled before this resumed: as in read_unwatched.
-    if (cancelled_) co_return ReadResult{asio::error::operation_aborted, 0};
+    if (cancels_ != cancels) co_return ReadResult{asio::error::operation_aborted, 0};
     const asio::mutable_buffer b = into();
     error_code ec;
     const std::size_t n = proxy::read_now(fd, b, ec);
@@ -186,8 +186,7 @@ awaitable<Stream::ReadResult> Stream::read_watched(BufferSource into) {
 
 awaitable<Stream::ReadResult> Stream::read_watched_some(asio::mutable_buffer b) {
   // A cancel before this read began is not for it (as with Asio's reads).
-  cancelled_ = false;
-  co_return co_await read_watched(BufferSource::of(b));  // b lives in this frame
+  co_return co_await read_watched(BufferSource::of(b), cancels_);  // b lives in this frame
 }
 
 awaitable<Stream::WriteResult> Stream::watched_write_all(const http::Buffers& bufs) {

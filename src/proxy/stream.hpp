@@ -116,10 +116,11 @@ class Stream {
   /// set says the socket is readable, and not before. The buffer is asked
   /// of `into` only then (a TLS stream asks at once).
   awaitable<ReadResult> read_later(BufferSource into) {
-    cancelled_ = false;
+    // A cancel before this read began is not for it (as with Asio's reads).
+    const std::uint32_t cancels = cancels_;
     // The watched case is the other coroutine itself: no frame between.
-    if (rd_) [[likely]] return read_watched(into);
-    return read_unwatched(into);
+    if (rd_) [[likely]] return read_watched(into, cancels);
+    return read_unwatched(into, cancels);
   }
   /// Reads what is there without waiting: would_block when nothing is.
   /// A watched socket's mark follows the receive (Readiness' rules).
@@ -199,8 +200,7 @@ class Stream {
   void release_buffers() noexcept;
 
   void cancel() noexcept {
-    cancelled_ = true;  // seen by read_later between its pass and its read
-    ++cancels_;         // seen by a watched write between its wait and its send
+    ++cancels_;  // seen by a read or a write woken before the cancel, resumed after it
     if (rd_) {
       rd_->cancel(fd_);
       return;
@@ -227,9 +227,10 @@ class Stream {
 
  private:
   awaitable<ReadResult> tls_read_some(asio::mutable_buffer b);
-  awaitable<ReadResult> read_watched(BufferSource into);
+  /// `cancels`: cancels_ when the read began (a later cancel ends it).
+  awaitable<ReadResult> read_watched(BufferSource into, std::uint32_t cancels);
   awaitable<ReadResult> read_watched_some(asio::mutable_buffer b);
-  awaitable<ReadResult> read_unwatched(BufferSource into);
+  awaitable<ReadResult> read_unwatched(BufferSource into, std::uint32_t cancels);
   awaitable<WriteResult> watched_write_all(const http::Buffers& bufs);
   awaitable<WriteResult> watched_write_rest(const http::Buffers& bufs, std::size_t done);
   /// What a receive of `asked` bytes that returned n (or ec) tells a
@@ -265,7 +266,6 @@ class Stream {
   ssl_st* ssl_ = nullptr;
   bool want_write_ = false;
   bool closed_ = false;
-  bool cancelled_ = false;
   std::uint32_t cancels_ = 0;
   Readiness* rd_ = nullptr;  ///< the worker's set, when watched (then fd_ >= 0)
 };

@@ -20,8 +20,13 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -31,6 +36,26 @@ using namespace levee::proxy;
 using namespace std::chrono_literals;
 
 namespace {
+
+// How many of this process's epoll sets hold descriptor fd (from
+// /proc/self/fdinfo: each set lists its members as "tfd: N").
+int epoll_sets_holding(int fd) {
+  int sets = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string() != "anon_inode:[eventpoll]") continue;
+    std::ifstream info("/proc/self/fdinfo/" + e.path().filename().string());
+    std::string line;
+    while (std::getline(info, line)) {
+      int member = -1;
+      if (std::sscanf(line.c_str(), "tfd: %d", &member) == 1 && member == fd) {
+        ++sets;
+        break;
+      }
+    }
+  }
+  return sets;
+}
 
 struct Pair {
   asio::io_context ctx;
@@ -470,10 +495,15 @@ TEST_CASE("a watched write waits for room when the peer has only stopped sending
 // every connected socket here is, and out of the readiness set.
 TEST_CASE("a watched stream handed over is an Asio socket again", "[stream]") {
   Pair p(true);
+  const int fd = p.stream->native_handle();
+  CHECK(epoll_sets_holding(fd) == 1);  // the readiness set's alone
   Stream moved(std::move(*p.stream));
   CHECK(p.rd.watched() == 0);
   REQUIRE(moved.socket().is_open());
   CHECK(moved.socket().non_blocking());
+  // In Asio's reactor now, and no longer in the readiness set (which would
+  // otherwise wake for every arrival on it, for nobody).
+  CHECK(epoll_sets_holding(fd) == 1);
   asio::write(p.peer, asio::buffer("hi", 2));
   char buf[8];
   std::optional<Stream::ReadResult> got;
