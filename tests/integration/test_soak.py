@@ -59,7 +59,11 @@ class Soak(unittest.TestCase):
         bad = Misbehaving(self)
         routes = [{"match": {"prefix": "/" + b + "/"}, "cluster": "bad"} for b in HOSTILE]
         routes.append({"cluster": "app"})
-        lv = Levee(self, [cluster("app", [b.address for b in good], idle_timeout="2s"),
+        # An attempt abandoned on a hung backend keeps its connection (its
+        # sending side shut) until the backend answers or the response
+        # timeout passes (proxy/abandoned.hpp): 3 s here, so that those of
+        # the last hang are closed within the check at the end.
+        lv = Levee(self, [cluster("app", [b.address for b in good], idle_timeout="2s", response_timeout="3s"),
                           cluster("bad", [bad.address], idle_timeout="2s", response_timeout="1s",
                                   retry={"enabled": False})],
                    routes=routes, listener={"header_timeout": "2s", "idle_timeout": "2s"},
