@@ -174,9 +174,10 @@ class Admission {
   void on_attempt(const AttemptReport& r) noexcept;
 
   /// Returns a permit. sample: the last attempt's latency, or null when the
-  /// request never reached a backend.
+  /// request never reached a backend (then `probe` is Verdict::probe or
+  /// Wake::probe of its grant).
   template <typename Sink>
-  void release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink);
+  void release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink, std::uint32_t probe = 0);
 
   /// A queued request gives up. False: it was granted or dropped meanwhile
   /// (its Wake is in a sink already).
@@ -330,8 +331,8 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
 }
 
 template <typename Sink>
-void Admission::release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink) {
-  gate_.release(now, sample, sink);
+void Admission::release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink, std::uint32_t probe) {
+  gate_.release(now, sample, sink, probe);
 }
 
 }  // namespace levee::core

@@ -29,6 +29,7 @@ void ConcurrencyLimit::start_probe(TimePoint now) noexcept {
   probe_closed_ = false;
   probe_started_ = 0;
   probe_done_ = 0;
+  probe_lost_ = 0;
   probe_sum_ = 0;
 }
 
@@ -63,11 +64,7 @@ void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t infl
       probe_sum_ += to_seconds(rtt);
       ++probe_done_;
     }
-    const bool all_back = probe_closed_ && probe_done_ >= probe_started_;
-    // Requests that never report (failed, cancelled: their permits come
-    // back without a sample) must not hold the probe open.
-    const bool too_long = now - probe_begin_ >= a.min_window * 20;
-    if (all_back || too_long) finish_probe(now);
+    maybe_finish_probe(now);
     return;
   }
   rtt_sum_ += to_seconds(rtt);
@@ -75,6 +72,20 @@ void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t infl
   max_inflight_ = std::max(max_inflight_, inflight);
   if (dropped) ++drops_;
   if (now - window_start_ >= a.min_window && samples_ >= a.min_samples) end_window(now);
+}
+
+void ConcurrencyLimit::on_lost(TimePoint now, std::uint32_t probe) noexcept {
+  if (!cfg_.adaptive || !probing_) return;
+  if (probe != 0 && probe == probe_id_) ++probe_lost_;
+  maybe_finish_probe(now);
+}
+
+void ConcurrencyLimit::maybe_finish_probe(TimePoint now) noexcept {
+  const bool all_back = probe_closed_ && probe_done_ + probe_lost_ >= probe_started_;
+  // A request that never comes back at all (a permit held past its
+  // response timeout) must not hold the probe open.
+  const bool too_long = now - probe_begin_ >= cfg_.adaptive_cfg.min_window * 20;
+  if (all_back || too_long) finish_probe(now);
 }
 
 void ConcurrencyLimit::end_window(TimePoint now) noexcept {

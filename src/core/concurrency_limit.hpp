@@ -92,6 +92,9 @@ class ConcurrencyLimit {
   /// backend rejected it for overload or it timed out (treated as a strong
   /// congestion signal).
   void on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped, std::uint32_t probe) noexcept;
+  /// A granted request ended without a sample (it failed, or its client
+  /// left): the probe it was part of no longer waits for it.
+  void on_lost(TimePoint now, std::uint32_t probe) noexcept;
 
   double noload_rtt_seconds() const noexcept { return noload_; }
 
@@ -102,6 +105,8 @@ class ConcurrencyLimit {
   void end_window(TimePoint now) noexcept;
   void start_probe(TimePoint now) noexcept;
   void finish_probe(TimePoint now) noexcept;
+  /// Ends the probe once every request it started is back, or at its time limit.
+  void maybe_finish_probe(TimePoint now) noexcept;
 
   ConcurrencyLimitConfig cfg_;
   std::uint32_t limit_;
@@ -124,7 +129,8 @@ class ConcurrencyLimit {
   TimePoint probe_begin_{};
   bool probe_closed_ = false;  // starts from now on are not part of it
   std::uint32_t probe_started_ = 0;
-  std::uint32_t probe_done_ = 0;
+  std::uint32_t probe_done_ = 0;  // back with a sample
+  std::uint32_t probe_lost_ = 0;  // back without one
   double probe_sum_ = 0;
 };
 

@@ -137,9 +137,10 @@ class QueueGate {
   Arrival arrive(TimePoint now, Criticality c, TimePoint deadline, std::uint64_t cookie,
                  Sink&& sink, bool over_quota = false);
 
-  /// Returns a permit; sample is null when the request never reached a backend.
+  /// Returns a permit; sample is null when the request never reached a
+  /// backend (then `probe` is what its grant said: Arrival::probe, Wake::probe).
   template <typename Sink>
-  void release(TimePoint now, const Sample* sample, Sink&& sink);
+  void release(TimePoint now, const Sample* sample, Sink&& sink, std::uint32_t probe = 0);
 
   /// Grants free slots to waiting entries and drops expired ones.
   template <typename Sink>
@@ -337,7 +338,7 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
 }
 
 template <typename Sink>
-void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
+void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink, std::uint32_t probe) {
   if (in_flight_ > 0) --in_flight_;
   pop_start(now, sample != nullptr);
   departures_.add(now, 0, 1.0);
@@ -345,6 +346,8 @@ void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink) {
   if (sample != nullptr) {
     latency_.update_weighted(to_seconds(sample->rtt), 0.05);
     limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped, sample->probe);
+  } else {
+    limit_.on_lost(now, probe);
   }
   pump(now, sink);
 }

@@ -120,8 +120,8 @@ class Cluster {
   /// One attempt at an endpoint: throttle, quota cost, utilization, outlier state.
   void on_attempt(const AttemptResult& r);
   /// Returns a permit: with the last attempt's latency sample, or without
-  /// when the request never reached a backend.
-  void release(TimePoint now, const core::QueueGate::Sample* sample);
+  /// when the request never reached a backend (then `probe` is its grant's).
+  void release(TimePoint now, const core::QueueGate::Sample* sample, std::uint32_t probe = 0);
   /// Spends retry budget on attempt number `attempt`.
   bool try_retry(TimePoint now, std::uint32_t attempt);
   /// Periodic: slow-start ramps, expired ejections, queued requests whose
@@ -184,12 +184,15 @@ class Cluster {
 class Permit {
  public:
   Permit() noexcept = default;
-  explicit Permit(Cluster* c) noexcept : c_(c) {}
-  Permit(Permit&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+  /// probe: the concurrency limit's probe the grant was part of, told
+  /// again when the permit comes back without a sample.
+  Permit(Cluster* c, std::uint32_t probe) noexcept : c_(c), probe_(probe) {}
+  Permit(Permit&& o) noexcept : c_(std::exchange(o.c_, nullptr)), probe_(o.probe_) {}
   Permit& operator=(Permit&& o) noexcept {
     if (this != &o) {
       reset();
       c_ = std::exchange(o.c_, nullptr);
+      probe_ = o.probe_;
     }
     return *this;
   }
@@ -202,11 +205,12 @@ class Permit {
     if (auto* c = std::exchange(c_, nullptr)) c->release(at, &s);
   }
   void reset() noexcept {
-    if (auto* c = std::exchange(c_, nullptr)) c->release(now(), nullptr);
+    if (auto* c = std::exchange(c_, nullptr)) c->release(now(), nullptr, probe_);
   }
 
  private:
   Cluster* c_ = nullptr;
+  std::uint32_t probe_ = 0;
 };
 
 }  // namespace levee::proxy

@@ -249,7 +249,7 @@ void Instance::release_permit(std::uint32_t i, const core::QueueGate::Sample* s)
   Ex& x = (*ex_)[i];
   if (!x.permit) return;
   x.permit = false;
-  clusters_[x.cluster]->adm.release(e_.now(), s, Sink{this});
+  clusters_[x.cluster]->adm.release(e_.now(), s, Sink{this}, x.probe);
   flush_wakes();
 }
 

@@ -28,6 +28,7 @@ struct PipelineSim {
     TimePoint deadline;
     TimePoint sent{};
     std::uint32_t inflight = 0;
+    std::uint32_t probe = 0;  ///< the limit's probe its grant was part of
     Duration service{};  ///< drawn when it starts at the backend
   };
   struct Done {
@@ -57,7 +58,7 @@ struct PipelineSim {
       ++k.queued;
       queued.emplace(j.id, j);
     } else {
-      submit(j, v.in_flight);
+      submit(j, v.in_flight, v.probe);
     }
     flush();
     return v;
@@ -128,7 +129,7 @@ struct PipelineSim {
       if (it == queued.end()) continue;
       Job j = it->second;
       queued.erase(it);
-      if (w.granted) submit(j, w.in_flight);
+      if (w.granted) submit(j, w.in_flight, w.probe);
       else reject(j, w.decision.reason);
     }
   }
@@ -140,9 +141,10 @@ struct PipelineSim {
     ++by_tenant[j.tenant].reasons[r];
     if (on_outcome) on_outcome(j, false);
   }
-  void submit(Job j, std::uint32_t inflight) {
+  void submit(Job j, std::uint32_t inflight, std::uint32_t probe) {
     j.sent = clk.now;
     j.inflight = inflight;
+    j.probe = probe;
     ++backend_started;
     if (free_workers > 0) {
       --free_workers;
@@ -163,7 +165,7 @@ struct PipelineSim {
       ++k.late;
     }
     if (on_outcome) on_outcome(j, in_time);
-    core::QueueGate::Sample s{clk.now - j.sent, j.inflight, false};
+    core::QueueGate::Sample s{clk.now - j.sent, j.inflight, false, j.probe};
     adm.on_attempt({clk.now, j.crit, j.tenant, core::Answer::Accepted,
                     report_cost ? std::optional<double>(core::to_seconds(j.service)) : std::nullopt, std::nullopt});
     adm.release(clk.now, &s, sink());
