@@ -124,7 +124,7 @@ struct Verdict {
   TimePoint expires{};               ///< when Queued: the gate drops it then (the waiter's give-up time)
   bool permit = false;               ///< Granted holding a permit of the limit (to release)
   std::uint32_t in_flight = 0;       ///< in flight once granted: the latency sample's context
-  std::uint32_t probe = 0;           ///< granted: the limit's probe it is part of (the sample's too)
+  std::uint32_t probe = 0;           ///< granted: the limit's probe it is part of (for release())
   Reason dry_run = Reason::None;     ///< a dry-run gate would have refused with this
 
   bool granted() const noexcept { return kind == Kind::Granted; }
@@ -174,8 +174,8 @@ class Admission {
   void on_attempt(const AttemptReport& r) noexcept;
 
   /// Returns a permit. sample: the last attempt's latency, or null when the
-  /// request never reached a backend (then `probe` is Verdict::probe or
-  /// Wake::probe of its grant).
+  /// request never reached a backend. probe: Verdict::probe or Wake::probe
+  /// of its grant.
   template <typename Sink>
   void release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink, std::uint32_t probe = 0);
 

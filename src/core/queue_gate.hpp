@@ -105,7 +105,7 @@ class QueueGate {
     Decision decision{};
     Duration estimated_wait{};
     TimePoint expires{};  ///< a queued entry is dropped at this time (its give-up time)
-    std::uint32_t probe = 0;  ///< Granted: the limit's probe it is part of (for its Sample)
+    std::uint32_t probe = 0;  ///< Granted: the limit's probe it is part of (for release())
   };
 
   /// What a sink receives for a queued entry that leaves the queue.
@@ -116,15 +116,14 @@ class QueueGate {
     Decision decision;  ///< the rejection when !granted
     Duration waited;
     std::uint32_t in_flight = 0;  ///< in flight once granted (for latency samples)
-    std::uint32_t probe = 0;      ///< granted: the limit's probe it is part of (for its Sample)
+    std::uint32_t probe = 0;      ///< granted: the limit's probe it is part of (for release())
   };
 
   /// A latency sample returned with a permit.
   struct Sample {
     Duration rtt;
     std::uint32_t inflight_at_start;
-    bool dropped;            ///< backend overload answer or timeout
-    std::uint32_t probe = 0;  ///< what the grant said (Arrival::probe, Wake::probe)
+    bool dropped;  ///< backend overload answer or timeout
   };
 
   QueueGate(QueueConfig q, ConcurrencyLimitConfig l);
@@ -138,7 +137,8 @@ class QueueGate {
                  Sink&& sink, bool over_quota = false);
 
   /// Returns a permit; sample is null when the request never reached a
-  /// backend (then `probe` is what its grant said: Arrival::probe, Wake::probe).
+  /// backend. `probe`: what its grant said (Arrival::probe, Wake::probe;
+  /// 0 for a permit the limit never counted, or with a static limit).
   template <typename Sink>
   void release(TimePoint now, const Sample* sample, Sink&& sink, std::uint32_t probe = 0);
 
@@ -345,7 +345,7 @@ void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink, std::u
   last_departure_ = now;
   if (sample != nullptr) {
     latency_.update_weighted(to_seconds(sample->rtt), 0.05);
-    limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped, sample->probe);
+    limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped, probe);
   } else {
     limit_.on_lost(now, probe);
   }

@@ -120,8 +120,8 @@ class Cluster {
   /// One attempt at an endpoint: throttle, quota cost, utilization, outlier state.
   void on_attempt(const AttemptResult& r);
   /// Returns a permit: with the last attempt's latency sample, or without
-  /// when the request never reached a backend (then `probe` is its grant's).
-  void release(TimePoint now, const core::QueueGate::Sample* sample, std::uint32_t probe = 0);
+  /// when the request never reached a backend. probe: its grant's.
+  void release(TimePoint now, const core::QueueGate::Sample* sample, std::uint32_t probe);
   /// Spends retry budget on attempt number `attempt`.
   bool try_retry(TimePoint now, std::uint32_t attempt);
   /// Periodic: slow-start ramps, expired ejections, queued requests whose
@@ -185,7 +185,7 @@ class Permit {
  public:
   Permit() noexcept = default;
   /// probe: the concurrency limit's probe the grant was part of, told
-  /// again when the permit comes back without a sample.
+  /// again when the permit comes back.
   Permit(Cluster* c, std::uint32_t probe) noexcept : c_(c), probe_(probe) {}
   Permit(Permit&& o) noexcept : c_(std::exchange(o.c_, nullptr)), probe_(o.probe_) {}
   Permit& operator=(Permit&& o) noexcept {
@@ -202,7 +202,7 @@ class Permit {
 
   explicit operator bool() const noexcept { return c_ != nullptr; }
   void finish(TimePoint at, const core::QueueGate::Sample& s) {
-    if (auto* c = std::exchange(c_, nullptr)) c->release(at, &s);
+    if (auto* c = std::exchange(c_, nullptr)) c->release(at, &s, probe_);
   }
   void reset() noexcept {
     if (auto* c = std::exchange(c_, nullptr)) c->release(now(), nullptr, probe_);

@@ -197,7 +197,6 @@ Exchange::Gate Exchange::cluster_gates() {
   if (held_.queued()) return Gate::Queued;
   if (held_.permit) permit_ = Permit(cluster_, held_.probe);
   in_flight_at_start_ = held_.in_flight;
-  probe_ = held_.probe;
   m.admitted.inc(w_.index, m.admitted.index({ci, crit, cls_.tenant}));
   return Gate::Passed;
 }
@@ -265,7 +264,6 @@ awaitable<bool> Exchange::wait_in_queue(core::QueueGate::Ticket t, TimePoint exp
   }
   permit_ = Permit(cluster_, wake_.probe);
   in_flight_at_start_ = wake_.in_flight;
-  probe_ = wake_.probe;
   rec_.queue_ms = core::to_seconds(wake_.waited) * 1e3;
   auto& m = *rt_.metrics;
   m.queue_time.observe(w_.index, cluster_->index, core::to_seconds(wake_.waited));
@@ -467,7 +465,7 @@ void Exchange::settle_attempt(Attempt& a, TimePoint at, bool upstream_ok) {
   else if (t.truncated) rt_.metrics->load_report_errors.inc(w_.index, cluster_->index);
   report(at, a, a.overloaded ? core::Answer::Overloaded : core::Answer::Accepted, b_.resp.status >= 500 || !upstream_ok,
          a.head_at - a.sent_at, a.load_ok ? &a.load : nullptr);
-  if (permit_) permit_.finish(at, core::QueueGate::Sample{a.head_at - a.sent_at, in_flight_at_start_, a.overloaded, probe_});
+  if (permit_) permit_.finish(at, core::QueueGate::Sample{a.head_at - a.sent_at, in_flight_at_start_, a.overloaded});
 }
 
 void Exchange::abandon_attempt(const Attempt& a) {

@@ -181,7 +181,6 @@ class Exchange final : public QueueWaiter, public ClientWatch, public Watchdog::
   core::Verdict held_{};        ///< admission's verdict, for admit_rest()
   Fuse* fuse_wait_ = nullptr;   ///< the fuse admit_now() found full
   std::uint32_t in_flight_at_start_ = 0;
-  std::uint32_t probe_ = 0;  ///< the concurrency limit's probe this request is part of (0: none)
   bool client_gone_ = false;
   bool sent_continue_ = false;
   bool h2_stale_retried_ = false;  ///< an HTTP/2 attempt was retried once for free

@@ -171,7 +171,7 @@ void Instance::relay(std::uint32_t i, const Reply& r) {
   Ex& x = (*ex_)[i];
   const bool overloaded = r.status == 429 || r.status == 503 || r.no_retry;
   report(i, overloaded ? core::Answer::Overloaded : core::Answer::Accepted, r.status >= 500, now - x.sent_at, &r);
-  const core::QueueGate::Sample s{now - x.sent_at, x.in_flight_at_start, overloaded, x.probe};
+  const core::QueueGate::Sample s{now - x.sent_at, x.in_flight_at_start, overloaded};
   release_permit(i, &s);
   Reply out = r;
   // levee gave up below because of overload: tell the caller not to retry either.

@@ -165,10 +165,10 @@ struct PipelineSim {
       ++k.late;
     }
     if (on_outcome) on_outcome(j, in_time);
-    core::QueueGate::Sample s{clk.now - j.sent, j.inflight, false, j.probe};
+    core::QueueGate::Sample s{clk.now - j.sent, j.inflight, false};
     adm.on_attempt({clk.now, j.crit, j.tenant, core::Answer::Accepted,
                     report_cost ? std::optional<double>(core::to_seconds(j.service)) : std::nullopt, std::nullopt});
-    adm.release(clk.now, &s, sink());
+    adm.release(clk.now, &s, sink(), j.probe);
     ++releases;
     if (!backlog.empty()) {
       Job n = backlog.front();
