@@ -298,50 +298,74 @@ TEST_CASE("an over-quota tenant is demoted, not refused, while capacity is spare
   CHECK(sim.by_tenant[1].served == sim.by_tenant[1].offered);
 }
 
-TEST_CASE("a tenant within its quota is never refused while an over-quota tenant is served", "[admission][quota][property]") {
-  // Issue 19's case: four tenants at the same request rate, all CRITICAL,
-  // one of them (4) with requests ten times as costly (100 ms against 10 ms,
-  // reported as their cost), 1.3x the backend's capacity in CPU. The light
-  // tenants use 3 of its 10 CPU-s/s, within their quotas; the heavy one asks
-  // for 10 on a quota of 2.5. Before, the light tenants were refused now and
-  // then (queue_wait at arrival, queue_timeout in the queue) while the heavy
-  // tenant's long requests held the permits: the overload state, on which
-  // quotas depend, switched off between CoDel intervals, and ten heavy
-  // permits taken together left a 100 ms silence that read as a stalled
-  // backend. Measured after 5 s, once the quota window knows who is heavy.
+namespace {
+// Issue 19's case: four tenants at the same request rate, all CRITICAL, one
+// of them (4) with requests ten times as costly (100 ms against 10 ms,
+// reported as their cost), 1.3x the backend's capacity in CPU. The light
+// tenants use 3 of its 10 CPU-s/s, within their quotas; the heavy one asks
+// for 10 on a quota of 2.5. Before, the light tenants were refused now and
+// then (queue_wait at arrival, queue_timeout in the queue) while the heavy
+// tenant's long requests held the permits: the overload state, on which
+// quotas depend, switched off between CoDel intervals, and ten heavy
+// permits taken together left a 100 ms silence that read as a stalled
+// backend. Measured after 5 s, once the quota window knows who is heavy.
+void light_tenants_never_refused(ConcurrencyLimitConfig limit) {
   for (int target : {20, 50, 200}) {
-    for (bool adaptive : {false, true}) {
-      AdmissionConfig c;
-      if (!adaptive) c.limit.static_limit = 10;
-      c.queue.target = std::chrono::milliseconds(target);
-      c.quotas = {0.5, 2.5, 2.5, 2.5, 2.5};
-      PipelineSim sim(c, 10, [](const PipelineSim::Job& j) { return j.tenant == 4 ? Duration(100ms) : Duration(10ms); });
-      sim.report_cost = true;
-      auto poisson = [&sim](Duration span) {  // 100/s per tenant
-        const TimePoint end = sim.clk.now + span;
-        TimePoint next = sim.clk.now;
-        while (next < end) {
-          sim.advance_to(next);
-          sim.arrive(Criticality::Critical, static_cast<TenantId>(1 + sim.rng.below(4)), 1s, sim.rng.u());
-          next += from_seconds(-std::log(1 - sim.rng.u()) / 400.0);
-        }
-        sim.advance_to(end);
-      };
-      poisson(5s);
-      sim.by_tenant.clear();
-      poisson(20s);
-      sim.advance_to(sim.clk.now + 2s);
-      INFO("queue.target " << target << " ms, " << (adaptive ? "adaptive" : "static") << " limit");
-      for (TenantId t : {1, 2, 3}) {
-        CHECK(sim.by_tenant[t].rejected == 0);
-        CHECK(sim.by_tenant[t].offered > 1800);
+    AdmissionConfig c;
+    c.limit = limit;
+    c.queue.target = std::chrono::milliseconds(target);
+    c.quotas = {0.5, 2.5, 2.5, 2.5, 2.5};
+    PipelineSim sim(c, 10, [](const PipelineSim::Job& j) { return j.tenant == 4 ? Duration(100ms) : Duration(10ms); });
+    sim.report_cost = true;
+    auto poisson = [&sim](Duration span) {  // 100/s per tenant
+      const TimePoint end = sim.clk.now + span;
+      TimePoint next = sim.clk.now;
+      while (next < end) {
+        sim.advance_to(next);
+        sim.arrive(Criticality::Critical, static_cast<TenantId>(1 + sim.rng.below(4)), 1s, sim.rng.u());
+        next += from_seconds(-std::log(1 - sim.rng.u()) / 400.0);
       }
-      // Work-conserving: the heavy tenant gets the rest of the backend (7 of
-      // its 10 CPU-s/s, 70% of what it asks), not only its quota.
-      const auto& heavy = sim.by_tenant[4];
-      CHECK(static_cast<double>(heavy.served) > 0.6 * static_cast<double>(heavy.offered));
+      sim.advance_to(end);
+    };
+    poisson(5s);
+    sim.by_tenant.clear();
+    poisson(20s);
+    sim.advance_to(sim.clk.now + 2s);
+    INFO("queue.target " << target << " ms, " << (limit.adaptive ? "adaptive" : "static") << " limit");
+    for (TenantId t : {1, 2, 3}) {
+      CHECK(sim.by_tenant[t].rejected == 0);
+      CHECK(sim.by_tenant[t].offered > 1800);
     }
+    // Work-conserving: the heavy tenant gets the rest of the backend (7 of
+    // its 10 CPU-s/s, 70% of what it asks), not only its quota.
+    const auto& heavy = sim.by_tenant[4];
+    CHECK(static_cast<double>(heavy.served) > 0.6 * static_cast<double>(heavy.offered));
   }
+}
+}  // namespace
+
+TEST_CASE("a tenant within its quota is never refused while an over-quota tenant is served", "[admission][quota][property]") {
+  ConcurrencyLimitConfig limit;
+  limit.static_limit = 10;  // the backend's 10 workers
+  light_tenants_never_refused(limit);
+}
+
+// A known defect, kept failing on purpose ([!shouldfail]: this case passes
+// while its assertions fail, and fails the day they hold, so that the tag
+// goes then). The adaptive limit reads the no-load latency from its probes,
+// which halve the limit; at half the limit the queue serves the tenants
+// within quota first, so a probe measures mostly 10 ms requests (11.8-13.6
+// ms) while a normal window has the heavy tenant's 100 ms ones in it too
+// (about 27 ms). The difference reads as a queue inside the backend, and
+// the limit settles at 7-8 for a backend of 10 workers: the heavy tenant
+// gets about half of what it asks instead of 70%, and at queue.target 20
+// ms a light tenant is refused 2-3 times in 1,800. Before 7 December this
+// case ran with a static limit of 64 (the adaptive flag was never set).
+TEST_CASE("a tenant within its quota is never refused while an over-quota tenant is served, adaptive limit",
+          "[admission][quota][property][!shouldfail]") {
+  ConcurrencyLimitConfig limit;
+  limit.adaptive = true;
+  light_tenants_never_refused(limit);
 }
 
 TEST_CASE("quotas bite while a signal says overloaded, whatever the hold", "[admission][quota]") {
