@@ -124,7 +124,7 @@ struct Verdict {
   TimePoint expires{};               ///< when Queued: the gate drops it then (the waiter's give-up time)
   bool permit = false;               ///< Granted holding a permit of the limit (to release)
   std::uint32_t in_flight = 0;       ///< in flight once granted: the latency sample's context
-  std::uint32_t probe = 0;           ///< granted: the limit's probe it is part of (for release())
+  std::uint32_t tag = 0;             ///< granted: the limit's tag for it (its lane and probe), for release()
   Reason dry_run = Reason::None;     ///< a dry-run gate would have refused with this
 
   bool granted() const noexcept { return kind == Kind::Granted; }
@@ -174,10 +174,10 @@ class Admission {
   void on_attempt(const AttemptReport& r) noexcept;
 
   /// Returns a permit. sample: the last attempt's latency, or null when the
-  /// request never reached a backend. probe: Verdict::probe or Wake::probe
-  /// of its grant.
+  /// request never reached a backend. tag: Verdict::tag or Wake::tag of
+  /// its grant.
   template <typename Sink>
-  void release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink, std::uint32_t probe = 0);
+  void release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink, std::uint32_t tag = 0);
 
   /// A queued request gives up. False: it was granted or dropped meanwhile
   /// (its Wake is in a sink already).
@@ -297,7 +297,7 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
     case QueueGate::Outcome::Granted:
       v.permit = true;
       v.in_flight = gate_.in_flight();
-      v.probe = q.probe;
+      v.tag = q.tag;
       return v;
     case QueueGate::Outcome::Queued:
       if (cfg_.queue_mode == GateMode::Enforce) {
@@ -331,8 +331,8 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
 }
 
 template <typename Sink>
-void Admission::release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink, std::uint32_t probe) {
-  gate_.release(now, sample, sink, probe);
+void Admission::release(TimePoint now, const QueueGate::Sample* sample, Sink&& sink, std::uint32_t tag) {
+  gate_.release(now, sample, sink, tag);
 }
 
 }  // namespace levee::core

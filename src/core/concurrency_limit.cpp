@@ -14,23 +14,30 @@ ConcurrencyLimit::ConcurrencyLimit(ConcurrencyLimitConfig cfg) noexcept : cfg_(c
   }
 }
 
-std::uint32_t ConcurrencyLimit::on_start(TimePoint now) noexcept {
-  if (!cfg_.adaptive || !probing_ || probe_closed_) return 0;
-  ++probe_started_;
-  const auto& a = cfg_.adaptive_cfg;
-  if (now - probe_begin_ >= a.min_window && probe_started_ >= a.min_samples) probe_closed_ = true;
-  return probe_id_;
+std::uint32_t ConcurrencyLimit::on_start(TimePoint now, std::uint32_t kind) noexcept {
+  if (!cfg_.adaptive) return 0;
+  std::uint32_t probe = 0;
+  if (probing_ && !probe_closed_) {
+    ++probe_started_;
+    const auto& a = cfg_.adaptive_cfg;
+    if (now - probe_begin_ >= a.min_window && probe_started_ >= a.min_samples) probe_closed_ = true;
+    probe = probe_id_;
+  }
+  return (probe << kKindBits) | kind_of(kind);
 }
 
 void ConcurrencyLimit::start_probe(TimePoint now) noexcept {
   probing_ = true;
-  if (++probe_id_ == 0) probe_id_ = 1;  // 0 means "no probe"
+  // 0 means "no probe"; the number must leave room for the kind in a tag.
+  if (++probe_id_ >= (1u << (32 - kKindBits))) probe_id_ = 1;
   probe_begin_ = now;
   probe_closed_ = false;
   probe_started_ = 0;
   probe_done_ = 0;
   probe_lost_ = 0;
   probe_sum_ = 0;
+  probe_kind_sum_.fill(0);
+  probe_kind_done_.fill(0);
 }
 
 void ConcurrencyLimit::finish_probe(TimePoint now) noexcept {
@@ -40,17 +47,27 @@ void ConcurrencyLimit::finish_probe(TimePoint now) noexcept {
     const double avg = probe_sum_ / probe_done_;
     noload_ = probed_ ? 0.5 * noload_ + 0.5 * avg : avg;
     probed_ = true;
+    // Each kind on its own (kind 0, "not told", is the mean of all).
+    for (std::uint32_t k = 1; k < kKinds; ++k) {
+      if (probe_kind_done_[k] < kKindMinSamples) continue;
+      const double m = probe_kind_sum_[k] / probe_kind_done_[k];
+      const bool fresh = kind_noload_[k] > 0 && probe_id_ - kind_probe_[k] <= kKindFresh;
+      kind_noload_[k] = fresh ? 0.5 * kind_noload_[k] + 0.5 * m : m;
+      kind_probe_[k] = probe_id_;
+    }
   }
   // Restart the regular window: what ran during the probe is not typical.
   window_start_ = now;
   rtt_sum_ = 0;
   samples_ = 0;
+  kind_samples_.fill(0);
+  kind_rtt_.fill(0);
   max_inflight_ = 0;
   drops_ = 0;
 }
 
 void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped,
-                                 std::uint32_t probe) noexcept {
+                                 std::uint32_t tag) noexcept {
   if (!cfg_.adaptive) return;
   const auto& a = cfg_.adaptive_cfg;
   if (!window_open_) {
@@ -60,23 +77,27 @@ void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t infl
     last_probe_ = now - a.probe_interval + a.probe_interval / 5;
   }
   if (probing_) {
-    if (probe != 0 && probe == probe_id_) {
+    if (probe_of(tag) != 0 && probe_of(tag) == probe_id_) {
       probe_sum_ += to_seconds(rtt);
       ++probe_done_;
+      probe_kind_sum_[kind_of(tag)] += to_seconds(rtt);
+      ++probe_kind_done_[kind_of(tag)];
     }
     maybe_finish_probe(now);
     return;
   }
   rtt_sum_ += to_seconds(rtt);
   ++samples_;
+  ++kind_samples_[kind_of(tag)];
+  kind_rtt_[kind_of(tag)] += to_seconds(rtt);
   max_inflight_ = std::max(max_inflight_, inflight);
   if (dropped) ++drops_;
   if (now - window_start_ >= a.min_window && samples_ >= a.min_samples) end_window(now);
 }
 
-void ConcurrencyLimit::on_lost(TimePoint now, std::uint32_t probe) noexcept {
+void ConcurrencyLimit::on_lost(TimePoint now, std::uint32_t tag) noexcept {
   if (!cfg_.adaptive || !probing_) return;
-  if (probe != 0 && probe == probe_id_) ++probe_lost_;
+  if (probe_of(tag) != 0 && probe_of(tag) == probe_id_) ++probe_lost_;
   maybe_finish_probe(now);
 }
 
@@ -88,26 +109,58 @@ void ConcurrencyLimit::maybe_finish_probe(TimePoint now) noexcept {
   if (all_back || too_long) finish_probe(now);
 }
 
+double ConcurrencyLimit::window_ratio() const noexcept {
+  const double tol = to_seconds(cfg_.adaptive_cfg.rtt_tolerance);
+  // Kind 0 ("not told") against the mean of all; the others against their
+  // own, and only those a probe measured: a kind that the halved limit
+  // never admitted (the lowest lane, under load) has no no-load latency to
+  // compare with, while a queue inside the backend delays every kind and
+  // shows in the others.
+  double rtt = kind_rtt_[0];
+  double floor = kind_samples_[0] * (noload_ + tol);
+  std::uint32_t n = kind_samples_[0];
+  for (std::uint32_t k = 1; k < kKinds; ++k) {
+    if (kind_samples_[k] == 0 || !measured(k)) continue;
+    rtt += kind_rtt_[k];
+    floor += kind_samples_[k] * (kind_noload_[k] + tol);
+    n += kind_samples_[k];
+  }
+  // Too few of the window's samples to go by: all of them against the
+  // mean of all (as before any probe).
+  if (n * 4 < samples_) {
+    rtt = rtt_sum_;
+    floor = samples_ * (noload_ + tol);
+  }
+  return floor > 0 && std::isfinite(floor) ? rtt / floor : 1.0;
+}
+
 void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   const auto& a = cfg_.adaptive_cfg;
   const double avg = rtt_sum_ / samples_;
+  // Before the first probe, the first window (at the small initial limit)
+  // is the best no-load view there is.
+  const bool first = smoothed_ <= 0;
+  if (first && !probed_) noload_ = avg;
+  // The window's latency over what the same requests take with no queue:
+  // each kind against its own no-load latency, so that a window and a
+  // probe that admitted other kinds in other proportions still compare.
+  const double ratio = window_ratio();
   const std::uint32_t used = max_inflight_;
   const std::uint32_t drops = drops_;
   window_start_ = now;
   rtt_sum_ = 0;
   samples_ = 0;
+  kind_samples_.fill(0);
+  kind_rtt_.fill(0);
   max_inflight_ = 0;
   drops_ = 0;
 
-  if (smoothed_ > 0) {
-    const double dev = avg - smoothed_;
+  if (!first) {
+    const double dev = ratio - smoothed_;
     variance_ = 0.8 * variance_ + 0.2 * dev * dev;
-    smoothed_ = 0.5 * smoothed_ + 0.5 * avg;
+    smoothed_ = 0.5 * smoothed_ + 0.5 * ratio;
   } else {
-    smoothed_ = avg;
-    // Before the first probe, the first window (at the small initial limit)
-    // is the best no-load view there is.
-    if (!probed_) noload_ = avg;
+    smoothed_ = ratio;
   }
 
   const double l = limit_;
@@ -115,17 +168,16 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   if (drops > 0) {
     // Overload answers or timeouts from the backend: back off multiplicatively.
     next = l * 0.9;
-  } else if (smoothed_ > 0 && noload_ > 0) {
-    const double rtt = smoothed_;
-    const double floor = noload_ + to_seconds(a.rtt_tolerance);
-    const double queue = rtt > floor ? l * (1.0 - floor / rtt) : 0.0;
-    const double noise = std::sqrt(variance_) / rtt;  // relative spread of averages
+  } else {
+    const double r = smoothed_;  // RTT / floor, smoothed
+    const double queue = r > 1.0 ? l * (1.0 - 1.0 / r) : 0.0;
+    const double noise = std::sqrt(variance_) / r;  // relative spread of windows
     const double lo = std::max(1.0, a.alpha * l);
     const double hi = std::max({3.0, a.beta * l, 3.0 * noise * l});
     if (queue > hi) {
-      // l * noload/rtt estimates the backend's own concurrency; keep the
+      // l * floor/rtt estimates the backend's own concurrency; keep the
       // middle of the target queue on top of it. Move half way to damp noise.
-      const double target = l * floor / rtt + (lo + hi) / 2.0;
+      const double target = l / r + (lo + hi) / 2.0;
       next = l + (target - l) * 0.5;
     } else if (queue < lo && used >= static_cast<std::uint32_t>(l * 0.8)) {
       next = l + std::max(1.0, std::sqrt(l));

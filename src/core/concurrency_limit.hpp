@@ -31,7 +31,19 @@
 // back (a start worked out as `now - rtt` misses a request whose latency is
 // measured from its send, not its grant, and kept every probe open until
 // its time limit, 20 windows). Until the first probe the first
-// window (at the small initial limit) stands in. A running minimum over
+// window (at the small initial limit) stands in.
+// A probe and a window must compare the same kinds of request. At half the
+// limit the queue serves its lanes in order (critical first, over-quota
+// tenants last), so a probe sees mostly the upper lanes' requests; when
+// the lanes' requests cost different amounts, one no-load latency for all
+// reads the difference as a queue (issue 19's case: 12-14 ms probes against
+// a 27 ms mix, and the limit at 7-8 for 10 workers). So the caller tells
+// each request's kind (its lane) at on_start(), the tag brings it back,
+// each kind gets its own no-load latency from the probes that saw at least
+// kKindMinSamples of it, and a window compares each kind against its own:
+//     ratio = sum of RTT / sum of (RTT_noload[kind] + tolerance)
+// over the kinds a probe measured lately (a queue inside the backend delays
+// every kind, so the measured ones show it), and queue = L (1 - 1/ratio). A running minimum over
 // windows would be biased low by lucky windows, and would never be
 // refreshed if the backend's base latency rose under sustained overload.
 // Gradient-style limits that track a long-term average RTT instead drift
@@ -39,6 +51,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -83,20 +96,30 @@ class ConcurrencyLimit {
   bool adaptive() const noexcept { return cfg_.adaptive; }
   bool probing() const noexcept { return probing_; }
 
-  /// A request was granted a permit (started). Returns the number of the
-  /// probe it is part of (0: none), for its sample to bring back.
-  std::uint32_t on_start(TimePoint now) noexcept;
+  /// Kinds of request the caller tells apart (the queue's lanes); kind 0
+  /// is "not told", measured against the mean of all.
+  static constexpr std::uint32_t kKinds = 8;
+
+  /// A request of `kind` (< kKinds) was granted a permit (started).
+  /// Returns its tag: its kind and the number of the probe it is part of,
+  /// for its sample (or its loss) to bring back. 0 tells nothing.
+  std::uint32_t on_start(TimePoint now, std::uint32_t kind = 0) noexcept;
 
   /// One completed request: its round-trip latency, the in-flight count
-  /// when it started and what on_start() returned for it. dropped: the
+  /// when it started and the tag on_start() returned for it. dropped: the
   /// backend rejected it for overload or it timed out (treated as a strong
   /// congestion signal).
-  void on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped, std::uint32_t probe) noexcept;
+  void on_sample(TimePoint now, Duration rtt, std::uint32_t inflight, bool dropped, std::uint32_t tag) noexcept;
   /// A granted request ended without a sample (it failed, or its client
   /// left): the probe it was part of no longer waits for it.
-  void on_lost(TimePoint now, std::uint32_t probe) noexcept;
+  void on_lost(TimePoint now, std::uint32_t tag) noexcept;
 
+  /// The no-load latency of all kinds together, and of one kind (the
+  /// former until that kind has been seen in a probe).
   double noload_rtt_seconds() const noexcept { return noload_; }
+  double noload_rtt_seconds(std::uint32_t kind) const noexcept {
+    return kind < kKinds && measured(kind) ? kind_noload_[kind] : noload_;
+  }
 
  private:
   std::uint32_t probe_limit() const noexcept {
@@ -110,17 +133,37 @@ class ConcurrencyLimit {
 
   ConcurrencyLimitConfig cfg_;
   std::uint32_t limit_;
+  static constexpr std::uint32_t kKindBits = 3;
+  /// A kind's latency counts from probes with at least this many of its
+  /// requests, and for this many probes after the last such.
+  static constexpr std::uint32_t kKindMinSamples = 3;
+  static constexpr std::uint32_t kKindFresh = 3;
+  static_assert(kKinds == 1u << kKindBits);
+  static std::uint32_t kind_of(std::uint32_t tag) noexcept { return tag & (kKinds - 1); }
+  static std::uint32_t probe_of(std::uint32_t tag) noexcept { return tag >> kKindBits; }
+  /// Whether a probe measured `kind` lately.
+  bool measured(std::uint32_t kind) const noexcept {
+    return kind_noload_[kind] > 0 && probe_id_ - kind_probe_[kind] <= kKindFresh;
+  }
+  /// The window's latency over what the same requests take with no
+  /// backend queue (each kind's no-load latency plus the tolerance).
+  double window_ratio() const noexcept;
+
   // current window
   TimePoint window_start_{};
   bool window_open_ = false;
   double rtt_sum_ = 0;
   std::uint32_t samples_ = 0;
+  std::array<std::uint32_t, kKinds> kind_samples_{};  // of samples_, by kind
+  std::array<double, kKinds> kind_rtt_{};             // of rtt_sum_, by kind
   std::uint32_t max_inflight_ = 0;
   std::uint32_t drops_ = 0;
   // estimates
   double noload_ = std::numeric_limits<double>::infinity();
-  double smoothed_ = 0;  // RTT averaged across windows
-  double variance_ = 0;  // of window averages around smoothed_
+  std::array<double, kKinds> kind_noload_{};  // 0: that kind not measured yet
+  std::array<std::uint32_t, kKinds> kind_probe_{};  // the probe that last measured it
+  double smoothed_ = 0;  // latency over floor, averaged across windows
+  double variance_ = 0;  // of window ratios around smoothed_
   bool probed_ = false;
   TimePoint last_probe_{};
   bool probing_ = false;
@@ -132,6 +175,8 @@ class ConcurrencyLimit {
   std::uint32_t probe_done_ = 0;  // back with a sample
   std::uint32_t probe_lost_ = 0;  // back without one
   double probe_sum_ = 0;
+  std::array<double, kKinds> probe_kind_sum_{};
+  std::array<std::uint32_t, kKinds> probe_kind_done_{};
 };
 
 }  // namespace levee::core

@@ -72,7 +72,7 @@ QueueGate::Wake QueueGate::grant(std::uint32_t i, TimePoint now) noexcept {
   unlink(i);
   ++in_flight_;
   w.in_flight = in_flight_;
-  w.probe = note_grant(now, w.waited, n.lane);
+  w.tag = note_grant(now, w.waited, n.lane);
   return w;
 }
 
@@ -195,7 +195,7 @@ std::uint32_t QueueGate::note_grant(TimePoint now, Duration sojourn, std::size_t
   grants_.add(now, ln, 1.0);
   min_sojourn_ = std::min(min_sojourn_, sojourn);
   queue_time_.update(now, to_seconds(sojourn));
-  return limit_.on_start(now);
+  return limit_.on_start(now, static_cast<std::uint32_t>(ln) + 1);  // kind 0 is "not told"
 }
 
 void QueueGate::roll_codel(TimePoint now) noexcept {

@@ -105,7 +105,7 @@ class QueueGate {
     Decision decision{};
     Duration estimated_wait{};
     TimePoint expires{};  ///< a queued entry is dropped at this time (its give-up time)
-    std::uint32_t probe = 0;  ///< Granted: the limit's probe it is part of (for release())
+    std::uint32_t tag = 0;  ///< Granted: the limit's tag for it (its lane and probe), for release()
   };
 
   /// What a sink receives for a queued entry that leaves the queue.
@@ -116,7 +116,7 @@ class QueueGate {
     Decision decision;  ///< the rejection when !granted
     Duration waited;
     std::uint32_t in_flight = 0;  ///< in flight once granted (for latency samples)
-    std::uint32_t probe = 0;      ///< granted: the limit's probe it is part of (for release())
+    std::uint32_t tag = 0;        ///< granted: the limit's tag for it (its lane and probe), for release()
   };
 
   /// A latency sample returned with a permit.
@@ -137,10 +137,10 @@ class QueueGate {
                  Sink&& sink, bool over_quota = false);
 
   /// Returns a permit; sample is null when the request never reached a
-  /// backend. `probe`: what its grant said (Arrival::probe, Wake::probe;
-  /// 0 for a permit the limit never counted, or with a static limit).
+  /// backend. `tag`: what its grant said (Arrival::tag, Wake::tag; 0 for
+  /// a permit the limit never counted, or with a static limit).
   template <typename Sink>
-  void release(TimePoint now, const Sample* sample, Sink&& sink, std::uint32_t probe = 0);
+  void release(TimePoint now, const Sample* sample, Sink&& sink, std::uint32_t tag = 0);
 
   /// Grants free slots to waiting entries and drops expired ones.
   template <typename Sink>
@@ -195,6 +195,8 @@ class QueueGate {
   static constexpr std::uint32_t kNil = std::numeric_limits<std::uint32_t>::max();
   /// Lane 0 holds over-quota requests; lanes 1..4 the criticalities.
   static constexpr std::size_t kLanes = kCriticalityCount + 1;
+  // Each lane is a kind of request to the limit (lane + 1; 0 is "not told").
+  static_assert(kLanes < ConcurrencyLimit::kKinds);
   static constexpr std::size_t lane(Criticality c, bool over_quota) noexcept {
     return over_quota ? 0 : index(c) + 1;
   }
@@ -222,7 +224,7 @@ class QueueGate {
   std::uint32_t push(TimePoint now, std::size_t lane, TimePoint deadline, std::uint64_t cookie, Duration grace);
   void unlink(std::uint32_t i) noexcept;
   void roll_codel(TimePoint now) noexcept;
-  /// Returns the limit's probe the grant is part of (0: none).
+  /// Returns the limit's tag for the grant (ConcurrencyLimit::on_start).
   std::uint32_t note_grant(TimePoint now, Duration sojourn, std::size_t lane) noexcept;
   Wake drop(std::uint32_t i, TimePoint now) noexcept;
   Wake grant(std::uint32_t i, TimePoint now) noexcept;
@@ -297,8 +299,8 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
     // pump() left free slots only if the queue is empty.
     if (in_flight_ == 0) last_departure_ = now;  // a busy period starts
     ++in_flight_;
-    const std::uint32_t probe = note_grant(now, Duration::zero(), ln);
-    return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero(), {}, probe};
+    const std::uint32_t tag = note_grant(now, Duration::zero(), ln);
+    return {Outcome::Granted, kNoTicket, Decision::admit(), Duration::zero(), {}, tag};
   }
   std::uint32_t ahead = 0;
   for (std::size_t k = ln + 1; k < kLanes; ++k) ahead += lists_[k].size;
@@ -338,16 +340,16 @@ QueueGate::Arrival QueueGate::arrive(TimePoint now, Criticality c, TimePoint dea
 }
 
 template <typename Sink>
-void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink, std::uint32_t probe) {
+void QueueGate::release(TimePoint now, const Sample* sample, Sink&& sink, std::uint32_t tag) {
   if (in_flight_ > 0) --in_flight_;
   pop_start(now, sample != nullptr);
   departures_.add(now, 0, 1.0);
   last_departure_ = now;
   if (sample != nullptr) {
     latency_.update_weighted(to_seconds(sample->rtt), 0.05);
-    limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped, probe);
+    limit_.on_sample(now, sample->rtt, sample->inflight_at_start, sample->dropped, tag);
   } else {
-    limit_.on_lost(now, probe);
+    limit_.on_lost(now, tag);
   }
   pump(now, sink);
 }

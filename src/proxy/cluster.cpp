@@ -140,11 +140,11 @@ void Cluster::on_attempt(const AttemptResult& r) {
   if (ejected) rescale();
 }
 
-void Cluster::release(TimePoint t, const core::QueueGate::Sample* sample, std::uint32_t probe) {
+void Cluster::release(TimePoint t, const core::QueueGate::Sample* sample, std::uint32_t tag) {
   t_wakes.clear();
   {
     std::lock_guard lk(core_->mu);
-    admission_.release(t, sample, Collect{}, probe);
+    admission_.release(t, sample, Collect{}, tag);
   }
   post_wakes();
 }

@@ -120,8 +120,8 @@ class Cluster {
   /// One attempt at an endpoint: throttle, quota cost, utilization, outlier state.
   void on_attempt(const AttemptResult& r);
   /// Returns a permit: with the last attempt's latency sample, or without
-  /// when the request never reached a backend. probe: its grant's.
-  void release(TimePoint now, const core::QueueGate::Sample* sample, std::uint32_t probe);
+  /// when the request never reached a backend. tag: its grant's.
+  void release(TimePoint now, const core::QueueGate::Sample* sample, std::uint32_t tag);
   /// Spends retry budget on attempt number `attempt`.
   bool try_retry(TimePoint now, std::uint32_t attempt);
   /// Periodic: slow-start ramps, expired ejections, queued requests whose
@@ -184,15 +184,15 @@ class Cluster {
 class Permit {
  public:
   Permit() noexcept = default;
-  /// probe: the concurrency limit's probe the grant was part of, told
-  /// again when the permit comes back.
-  Permit(Cluster* c, std::uint32_t probe) noexcept : c_(c), probe_(probe) {}
-  Permit(Permit&& o) noexcept : c_(std::exchange(o.c_, nullptr)), probe_(o.probe_) {}
+  /// tag: the concurrency limit's tag for the grant (its lane, and the
+  /// probe it was part of), told again when the permit comes back.
+  Permit(Cluster* c, std::uint32_t tag) noexcept : c_(c), tag_(tag) {}
+  Permit(Permit&& o) noexcept : c_(std::exchange(o.c_, nullptr)), tag_(o.tag_) {}
   Permit& operator=(Permit&& o) noexcept {
     if (this != &o) {
       reset();
       c_ = std::exchange(o.c_, nullptr);
-      probe_ = o.probe_;
+      tag_ = o.tag_;
     }
     return *this;
   }
@@ -202,15 +202,15 @@ class Permit {
 
   explicit operator bool() const noexcept { return c_ != nullptr; }
   void finish(TimePoint at, const core::QueueGate::Sample& s) {
-    if (auto* c = std::exchange(c_, nullptr)) c->release(at, &s, probe_);
+    if (auto* c = std::exchange(c_, nullptr)) c->release(at, &s, tag_);
   }
   void reset() noexcept {
-    if (auto* c = std::exchange(c_, nullptr)) c->release(now(), nullptr, probe_);
+    if (auto* c = std::exchange(c_, nullptr)) c->release(now(), nullptr, tag_);
   }
 
  private:
   Cluster* c_ = nullptr;
-  std::uint32_t probe_ = 0;
+  std::uint32_t tag_ = 0;
 };
 
 }  // namespace levee::proxy

@@ -195,7 +195,7 @@ Exchange::Gate Exchange::cluster_gates() {
   if (held_.dry_run != Reason::None) m.dry_run.inc(w_.index, m.dry_run.index({ci, static_cast<std::size_t>(held_.dry_run), crit}));
   if (held_.rejected()) return Gate::Refused;
   if (held_.queued()) return Gate::Queued;
-  if (held_.permit) permit_ = Permit(cluster_, held_.probe);
+  if (held_.permit) permit_ = Permit(cluster_, held_.tag);
   in_flight_at_start_ = held_.in_flight;
   m.admitted.inc(w_.index, m.admitted.index({ci, crit, cls_.tenant}));
   return Gate::Passed;
@@ -262,7 +262,7 @@ awaitable<bool> Exchange::wait_in_queue(core::QueueGate::Ticket t, TimePoint exp
     answered_keep_ = co_await reject(wake_.decision);
     co_return false;
   }
-  permit_ = Permit(cluster_, wake_.probe);
+  permit_ = Permit(cluster_, wake_.tag);
   in_flight_at_start_ = wake_.in_flight;
   rec_.queue_ms = core::to_seconds(wake_.waited) * 1e3;
   auto& m = *rt_.metrics;

@@ -214,7 +214,7 @@ void Instance::process(std::uint32_t i) {
   } else {
     x.permit = v.permit;
     x.in_flight_at_start = v.in_flight;
-    x.probe = v.probe;
+    x.tag = v.tag;
     ++n_.admitted;
     forward(i);
   }
@@ -235,7 +235,7 @@ void Instance::flush_wakes() {
     Ex& x = (*ex_)[i];
     x.permit = true;
     x.in_flight_at_start = w.in_flight;
-    x.probe = w.probe;
+    x.tag = w.tag;
     ++n_.admitted;
     forward(i);
   }
@@ -249,7 +249,7 @@ void Instance::release_permit(std::uint32_t i, const core::QueueGate::Sample* s)
   Ex& x = (*ex_)[i];
   if (!x.permit) return;
   x.permit = false;
-  clusters_[x.cluster]->adm.release(e_.now(), s, Sink{this}, x.probe);
+  clusters_[x.cluster]->adm.release(e_.now(), s, Sink{this}, x.tag);
   flush_wakes();
 }
 

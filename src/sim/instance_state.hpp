@@ -47,7 +47,7 @@ struct Instance::Ex {
   core::QueueGate::Ticket ticket = core::QueueGate::kNoTicket;
   bool permit = false;
   std::uint32_t in_flight_at_start = 0;
-  std::uint32_t probe = 0;  ///< the concurrency limit's probe it is part of
+  std::uint32_t tag = 0;  ///< the concurrency limit's tag for its grant (lane, probe)
   std::uint32_t attempts = 0;  // counted attempts made
   std::size_t avoid = core::kNoEndpoint;
   std::size_t ep = core::kNoEndpoint;

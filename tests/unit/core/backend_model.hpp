@@ -17,18 +17,19 @@ struct BackendModel {
     TimePoint at;
     TimePoint sent;
     std::uint32_t inflight_at_start;
-    std::uint32_t tag = 0;  ///< the caller's, handed back (a probe's number)
+    std::uint32_t tag = 0;  ///< the caller's, handed back (the limit's tag)
     bool operator>(const Done& o) const { return at > o.at; }
   };
 
   BackendModel(int workers, std::function<Duration()> service) : free(workers), service_(std::move(service)) {}
 
-  void submit(TimePoint now, std::uint32_t inflight, std::uint32_t tag = 0) {
+  /// service: this request's service time (zero: one drawn when it starts).
+  void submit(TimePoint now, std::uint32_t inflight, std::uint32_t tag = 0, Duration service = {}) {
     if (free > 0) {
       --free;
-      start(now, {now, inflight, tag});
+      start(now, {now, inflight, tag, service});
     } else {
-      waiting.push_back({now, inflight, tag});
+      waiting.push_back({now, inflight, tag, service});
     }
   }
 
@@ -52,6 +53,7 @@ struct BackendModel {
     TimePoint sent;
     std::uint32_t inflight;
     std::uint32_t tag;
+    Duration service;
   };
   int free;
   std::deque<Waiting> waiting;
@@ -60,7 +62,7 @@ struct BackendModel {
 
  private:
   void start(TimePoint now, const Waiting& w) {
-    Duration s = service_();
+    const Duration s = w.service > Duration::zero() ? w.service : service_();
     served_work += s;
     events.push({now + s, w.sent, w.inflight, w.tag});
   }

@@ -28,7 +28,7 @@ struct PipelineSim {
     TimePoint deadline;
     TimePoint sent{};
     std::uint32_t inflight = 0;
-    std::uint32_t probe = 0;  ///< the limit's probe its grant was part of
+    std::uint32_t tag = 0;  ///< the limit's tag for its grant (lane, probe)
     Duration service{};  ///< drawn when it starts at the backend
   };
   struct Done {
@@ -58,7 +58,7 @@ struct PipelineSim {
       ++k.queued;
       queued.emplace(j.id, j);
     } else {
-      submit(j, v.in_flight, v.probe);
+      submit(j, v.in_flight, v.tag);
     }
     flush();
     return v;
@@ -129,7 +129,7 @@ struct PipelineSim {
       if (it == queued.end()) continue;
       Job j = it->second;
       queued.erase(it);
-      if (w.granted) submit(j, w.in_flight, w.probe);
+      if (w.granted) submit(j, w.in_flight, w.tag);
       else reject(j, w.decision.reason);
     }
   }
@@ -141,10 +141,10 @@ struct PipelineSim {
     ++by_tenant[j.tenant].reasons[r];
     if (on_outcome) on_outcome(j, false);
   }
-  void submit(Job j, std::uint32_t inflight, std::uint32_t probe) {
+  void submit(Job j, std::uint32_t inflight, std::uint32_t tag) {
     j.sent = clk.now;
     j.inflight = inflight;
-    j.probe = probe;
+    j.tag = tag;
     ++backend_started;
     if (free_workers > 0) {
       --free_workers;
@@ -168,7 +168,7 @@ struct PipelineSim {
     core::QueueGate::Sample s{clk.now - j.sent, j.inflight, false};
     adm.on_attempt({clk.now, j.crit, j.tenant, core::Answer::Accepted,
                     report_cost ? std::optional<double>(core::to_seconds(j.service)) : std::nullopt, std::nullopt});
-    adm.release(clk.now, &s, sink(), j.probe);
+    adm.release(clk.now, &s, sink(), j.tag);
     ++releases;
     if (!backlog.empty()) {
       Job n = backlog.front();
