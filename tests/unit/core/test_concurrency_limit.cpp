@@ -11,6 +11,13 @@ using namespace levee::test;
 
 namespace {
 
+ConcurrencyLimitConfig adaptive(std::uint32_t initial = AdaptiveLimitConfig{}.initial) {
+  ConcurrencyLimitConfig cfg;
+  cfg.adaptive = true;
+  cfg.adaptive_cfg.initial = initial;
+  return cfg;
+}
+
 struct Result {
   std::uint32_t final_limit;
   double min_limit_late;
@@ -19,9 +26,7 @@ struct Result {
 
 // Saturating demand: whenever the limit has room, a request is sent.
 Result run(int workers, std::function<Duration()> service, Duration total) {
-  ConcurrencyLimitConfig cfg;
-  cfg.adaptive = true;
-  cfg.adaptive_cfg.initial = 5;
+  ConcurrencyLimitConfig cfg = adaptive(5);
   ConcurrencyLimit lim(cfg);
   BackendModel be(workers, std::move(service));
   SimClock clk;
@@ -81,8 +86,7 @@ TEST_CASE("adaptive limit copes with variable service times", "[limit][sim]") {
 }
 
 TEST_CASE("adaptive limit follows a backend that loses capacity", "[limit][sim]") {
-  ConcurrencyLimitConfig cfg;
-  cfg.adaptive = true;
+  ConcurrencyLimitConfig cfg = adaptive();
   ConcurrencyLimit lim(cfg);
   SimClock clk;
   // Phase 1: 40 workers x 10 ms. Phase 2: latency grows as if only 10 workers remain.
@@ -109,9 +113,7 @@ TEST_CASE("adaptive limit follows a backend that loses capacity", "[limit][sim]"
 }
 
 TEST_CASE("backend overload answers shrink the adaptive limit", "[limit]") {
-  ConcurrencyLimitConfig cfg;
-  cfg.adaptive = true;
-  cfg.adaptive_cfg.initial = 100;
+  ConcurrencyLimitConfig cfg = adaptive(100);
   ConcurrencyLimit lim(cfg);
   SimClock clk;
   for (int i = 0; i < 2000; ++i) {
@@ -129,9 +131,7 @@ namespace {
 // (the proxy measures from the send to the answer's head); every
 // `lost_every`-th request comes back without a sample (0: none).
 double probing_share(int lost_every, int& probes) {
-  ConcurrencyLimitConfig cfg;
-  cfg.adaptive = true;
-  cfg.adaptive_cfg.initial = 32;
+  ConcurrencyLimitConfig cfg = adaptive(32);
   ConcurrencyLimit lim(cfg);
   BackendModel be(32, [] { return Duration(1ms); });
   SimClock clk;
@@ -193,9 +193,7 @@ namespace {
 // the lowest and highest limit over the last 40 of 60 s. tell_kinds: each
 // start says which kind it is (the queue's lane); otherwise none does.
 std::pair<std::uint32_t, std::uint32_t> limit_with_two_kinds(bool tell_kinds) {
-  ConcurrencyLimitConfig cfg;
-  cfg.adaptive = true;
-  cfg.adaptive_cfg.initial = 5;
+  ConcurrencyLimitConfig cfg = adaptive(5);
   ConcurrencyLimit lim(cfg);
   BackendModel be(10, [] { return Duration(10ms); });
   SimClock clk;
