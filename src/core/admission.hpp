@@ -324,7 +324,7 @@ Verdict Admission::admit(const Arrival& a, Sink&& sink) {
   // for the estimates.
   if (v.dry_run == Reason::None)
     v.dry_run = q.outcome == QueueGate::Outcome::Queued ? Reason::QueueWait : q.decision.reason;
-  gate_.force_acquire(a.now);
+  v.tag = gate_.force_acquire(a.now, a.criticality, demoted);
   v.permit = true;
   v.in_flight = gate_.in_flight();
   return v;

@@ -47,15 +47,18 @@ void ConcurrencyLimit::finish_probe(TimePoint now) noexcept {
     const double avg = probe_sum_ / probe_done_;
     noload_ = probed_ ? 0.5 * noload_ + 0.5 * avg : avg;
     probed_ = true;
-    // Each kind on its own (kind 0, "not told", is the mean of all).
+    // Each kind on its own (kind 0, "not told", is the mean of all),
+    // weighed by how many samples it had: three must not count as forty.
     for (std::uint32_t k = 1; k < kKinds; ++k) {
       if (probe_kind_done_[k] < kKindMinSamples) continue;
-      const double m = probe_kind_sum_[k] / probe_kind_done_[k];
-      const bool fresh = kind_noload_[k] > 0 && probe_id_ - kind_probe_[k] <= kKindFresh;
-      kind_noload_[k] = fresh ? 0.5 * kind_noload_[k] + 0.5 * m : m;
+      const double n = probe_kind_done_[k];
+      const double w = ((measured_ >> k) & 1u) ? 0.5 * kind_weight_[k] : 0.0;
+      kind_noload_[k] = (w * kind_noload_[k] + probe_kind_sum_[k]) / (w + n);
+      kind_weight_[k] = w + n;
       kind_probe_[k] = probe_id_;
     }
   }
+  update_measured();
   // Restart the regular window: what ran during the probe is not typical.
   window_start_ = now;
   rtt_sum_ = 0;
@@ -92,7 +95,12 @@ void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t infl
   kind_rtt_[kind_of(tag)] += to_seconds(rtt);
   max_inflight_ = std::max(max_inflight_, inflight);
   if (dropped) ++drops_;
-  if (now - window_start_ >= a.min_window && samples_ >= a.min_samples) end_window(now);
+  if (now - window_start_ < a.min_window || samples_ < a.min_samples) return;
+  // Long enough; close it once enough of it can be compared with a
+  // no-load latency (a drop is news at once; a window that never gets
+  // there closes after kMaxWindows, and holds).
+  if (drops_ > 0 || comparable_samples() >= kMinMeasured || now - window_start_ >= a.min_window * kMaxWindows)
+    end_window(now);
 }
 
 void ConcurrencyLimit::on_lost(TimePoint now, std::uint32_t tag) noexcept {
@@ -109,29 +117,43 @@ void ConcurrencyLimit::maybe_finish_probe(TimePoint now) noexcept {
   if (all_back || too_long) finish_probe(now);
 }
 
+void ConcurrencyLimit::update_measured() noexcept {
+  measured_ = 0;
+  for (std::uint32_t k = 1; k < kKinds; ++k)
+    if (kind_noload_[k] > 0 && ((probe_id_ - kind_probe_[k]) & kProbeMask) <= kKindFresh) measured_ |= 1u << k;
+}
+
+std::uint32_t ConcurrencyLimit::comparable_samples() const noexcept {
+  if (measured_ == 0) return samples_;
+  std::uint32_t n = kind_samples_[0];
+  for (std::uint32_t k = 1; k < kKinds; ++k)
+    if ((measured_ >> k) & 1u) n += kind_samples_[k];
+  return n;
+}
+
 double ConcurrencyLimit::window_ratio() const noexcept {
   const double tol = to_seconds(cfg_.adaptive_cfg.rtt_tolerance);
-  // Kind 0 ("not told") against the mean of all; the others against their
-  // own, and only those a probe measured: a kind that the halved limit
-  // never admitted (the lowest lane, under load) has no no-load latency to
-  // compare with, while a queue inside the backend delays every kind and
-  // shows in the others.
-  double rtt = kind_rtt_[0];
-  double floor = kind_samples_[0] * (noload_ + tol);
-  std::uint32_t n = kind_samples_[0];
-  for (std::uint32_t k = 1; k < kKinds; ++k) {
-    if (kind_samples_[k] == 0 || !measured(k)) continue;
-    rtt += kind_rtt_[k];
-    floor += kind_samples_[k] * (kind_noload_[k] + tol);
-    n += kind_samples_[k];
-  }
-  // Too few of the window's samples to go by: all of them against the
-  // mean of all (as before any probe).
-  if (n * 4 < samples_) {
+  double rtt = 0;
+  double floor = 0;
+  if (measured_ == 0) {
+    // No kind measured on its own (before the first probe, or every
+    // request of kind 0): all of them against the mean of all.
     rtt = rtt_sum_;
     floor = samples_ * (noload_ + tol);
+  } else {
+    // Kind 0 against the mean of all; the others against their own, and
+    // only those a probe measured: a kind the halved limit never admitted
+    // (the lowest lane, under load) has nothing to compare with, while a
+    // queue inside the backend delays every kind and shows in the others.
+    rtt = kind_rtt_[0];
+    floor = kind_samples_[0] * (noload_ + tol);
+    for (std::uint32_t k = 1; k < kKinds; ++k) {
+      if (!((measured_ >> k) & 1u)) continue;
+      rtt += kind_rtt_[k];
+      floor += kind_samples_[k] * (kind_noload_[k] + tol);
+    }
   }
-  return floor > 0 && std::isfinite(floor) ? rtt / floor : 1.0;
+  return floor > 0 && std::isfinite(floor) ? rtt / floor : 0.0;
 }
 
 void ConcurrencyLimit::end_window(TimePoint now) noexcept {
@@ -144,7 +166,7 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   // The window's latency over what the same requests take with no queue:
   // each kind against its own no-load latency, so that a window and a
   // probe that admitted other kinds in other proportions still compare.
-  const double ratio = window_ratio();
+  const double ratio = window_ratio();  // 0: nothing comparable (hold)
   const std::uint32_t used = max_inflight_;
   const std::uint32_t drops = drops_;
   window_start_ = now;
@@ -155,7 +177,9 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   max_inflight_ = 0;
   drops_ = 0;
 
-  if (!first) {
+  if (ratio <= 0) {
+    // nothing to learn from this window's latency
+  } else if (!first) {
     const double dev = ratio - smoothed_;
     variance_ = 0.8 * variance_ + 0.2 * dev * dev;
     smoothed_ = 0.5 * smoothed_ + 0.5 * ratio;
@@ -168,7 +192,7 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   if (drops > 0) {
     // Overload answers or timeouts from the backend: back off multiplicatively.
     next = l * 0.9;
-  } else {
+  } else if (ratio > 0 && smoothed_ > 0) {
     const double r = smoothed_;  // RTT / floor, smoothed
     const double queue = r > 1.0 ? l * (1.0 - 1.0 / r) : 0.0;
     const double noise = std::sqrt(variance_) / r;  // relative spread of windows

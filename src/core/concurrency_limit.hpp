@@ -7,47 +7,56 @@
 // backend. So with RTT_noload the latency with no backend queue and RTT the
 // latency observed at limit L, the backend's own queue is
 //     queue = L * (1 - RTT_noload / RTT)         (= L - N when L > N)
-// and L * RTT_noload / RTT estimates N. Each measurement window (at least
-// `min_window` long and `min_samples` samples) the controller:
+// and L * RTT_noload / RTT estimates N. The controller works on the ratio
+// RTT / (RTT_noload + tolerance), smoothed across windows. Each measurement
+// window (at least `min_window` long and `min_samples` samples) it:
 //   - if queue > beta*L: moves half way to N + headroom (the estimate);
 //   - if queue < alpha*L and the limit was actually used: grows by sqrt(L);
 //   - otherwise holds.
-// Growth within an absolute tolerance (default 1 ms) does not count as a
-// queue at all: for very fast backends it is the proxy's own scheduling.
+// The tolerance (default 1 ms) keeps latency growth below it from counting
+// as a queue: for very fast backends it is the proxy's own scheduling.
 // Service times vary, so window averages are noisy; noise must not read as
 // queueing (which would pin the limit low and starve the backend). The
-// controller tracks the spread of window averages and never decreases on a
+// controller tracks the spread of window ratios and never decreases on a
 // queue estimate within three standard errors of zero: it errs towards a
 // slightly longer backend queue rather than idle backend workers.
-// Averages over a window, not single samples, and a smoothed average across
-// windows make RTT robust to service-time variance. RTT_noload comes from
-// probes: every `probe_interval` the limit is halved, which drains the
-// backend's own queue, and the mean latency of the requests started during
-// the probe is the no-load latency (the idea of BBR's ProbeRTT; about 1% of
-// capacity at the defaults). The probe waits for every request it started
-// to complete: closing it on a sample count would over-represent short
-// requests and bias the estimate low. Which requests those are is told, not
-// inferred: on_start() returns the probe's number, and the sample brings it
-// back (a start worked out as `now - rtt` misses a request whose latency is
-// measured from its send, not its grant, and kept every probe open until
-// its time limit, 20 windows). Until the first probe the first
-// window (at the small initial limit) stands in.
+// Averages over a window, not single samples, and smoothing across windows
+// make the ratio robust to service-time variance.
+//
+// RTT_noload comes from probes: every `probe_interval` the limit is halved,
+// which drains the backend's own queue, and the mean latency of the
+// requests started during the probe is the no-load latency (the idea of
+// BBR's ProbeRTT; about 1% of capacity at the defaults). The probe waits
+// for every request it started to complete: closing it on a sample count
+// would over-represent short requests and bias the estimate low. Which
+// requests those are is told, not inferred: on_start() returns a tag that
+// holds the probe's number, and the sample brings it back (a start worked
+// out as `now - rtt` misses a request whose latency is measured from its
+// send, not its grant, and kept every probe open until its time limit, 20
+// windows). Until the first probe the first window (at the small initial
+// limit) stands in. A running minimum over windows would be biased low by
+// lucky windows, and would never be refreshed if the backend's base
+// latency rose under sustained overload. Gradient-style limits that track a
+// long-term average RTT instead drift upwards exactly when overload is
+// sustained, which is levee's normal case.
+//
 // A probe and a window must compare the same kinds of request. At half the
 // limit the queue serves its lanes in order (critical first, over-quota
 // tenants last), so a probe sees mostly the upper lanes' requests; when
 // the lanes' requests cost different amounts, one no-load latency for all
 // reads the difference as a queue (issue 19's case: 12-14 ms probes against
 // a 27 ms mix, and the limit at 7-8 for 10 workers). So the caller tells
-// each request's kind (its lane) at on_start(), the tag brings it back,
-// each kind gets its own no-load latency from the probes that saw at least
-// kKindMinSamples of it, and a window compares each kind against its own:
+// each request's kind (its lane) at on_start(), and the tag holds it too.
+// Each kind gets its own no-load latency from the probes that saw at least
+// kKindMinSamples of it (weighed by their samples; kept kKindFresh probes),
+// and a window compares each kind with its own:
 //     ratio = sum of RTT / sum of (RTT_noload[kind] + tolerance)
-// over the kinds a probe measured lately (a queue inside the backend delays
-// every kind, so the measured ones show it), and queue = L (1 - 1/ratio). A running minimum over
-// windows would be biased low by lucky windows, and would never be
-// refreshed if the backend's base latency rose under sustained overload.
-// Gradient-style limits that track a long-term average RTT instead drift
-// upwards exactly when overload is sustained, which is levee's normal case.
+// over kind 0 ("not told", against the mean of all) and the kinds a probe
+// measured. The others sit out: a queue inside the backend delays every
+// kind, so the measured ones show it. A window stays open until it holds
+// kMinMeasured comparable samples (a drop closes it at once); one that
+// never does closes after kMaxWindows windows and holds the limit. Before
+// any kind is measured, every sample is compared with the mean of all.
 #pragma once
 
 #include <algorithm>
@@ -104,6 +113,9 @@ class ConcurrencyLimit {
   /// Returns its tag: its kind and the number of the probe it is part of,
   /// for its sample (or its loss) to bring back. 0 tells nothing.
   std::uint32_t on_start(TimePoint now, std::uint32_t kind = 0) noexcept;
+  /// The tag of a request of `kind` let through without on_start() (a
+  /// dry run's, above the limit): its kind, and no probe.
+  std::uint32_t tag(std::uint32_t kind) const noexcept { return cfg_.adaptive ? kind_of(kind) : 0; }
 
   /// One completed request: its round-trip latency, the in-flight count
   /// when it started and the tag on_start() returned for it. dropped: the
@@ -114,12 +126,8 @@ class ConcurrencyLimit {
   /// left): the probe it was part of no longer waits for it.
   void on_lost(TimePoint now, std::uint32_t tag) noexcept;
 
-  /// The no-load latency of all kinds together, and of one kind (the
-  /// former until that kind has been seen in a probe).
+  /// The no-load latency of all kinds together.
   double noload_rtt_seconds() const noexcept { return noload_; }
-  double noload_rtt_seconds(std::uint32_t kind) const noexcept {
-    return kind < kKinds && measured(kind) ? kind_noload_[kind] : noload_;
-  }
 
  private:
   std::uint32_t probe_limit() const noexcept {
@@ -134,19 +142,26 @@ class ConcurrencyLimit {
   ConcurrencyLimitConfig cfg_;
   std::uint32_t limit_;
   static constexpr std::uint32_t kKindBits = 3;
+  static constexpr std::uint32_t kProbeMask = (1u << (32 - kKindBits)) - 1;
   /// A kind's latency counts from probes with at least this many of its
   /// requests, and for this many probes after the last such.
   static constexpr std::uint32_t kKindMinSamples = 3;
   static constexpr std::uint32_t kKindFresh = 3;
+  /// A window closes with at least this many samples of measured kinds
+  /// (or, longer than kMaxWindows windows, holds the limit as it is).
+  static constexpr std::uint32_t kMinMeasured = 10;
+  static constexpr std::uint32_t kMaxWindows = 20;
   static_assert(kKinds == 1u << kKindBits);
   static std::uint32_t kind_of(std::uint32_t tag) noexcept { return tag & (kKinds - 1); }
   static std::uint32_t probe_of(std::uint32_t tag) noexcept { return tag >> kKindBits; }
-  /// Whether a probe measured `kind` lately.
-  bool measured(std::uint32_t kind) const noexcept {
-    return kind_noload_[kind] > 0 && probe_id_ - kind_probe_[kind] <= kKindFresh;
-  }
+  /// Which kinds a probe measured lately (bit k: kind k), set as a probe ends.
+  void update_measured() noexcept;
+  /// The window's samples that have a no-load latency to compare with:
+  /// kind 0's and the measured kinds', or all of them before any kind was.
+  std::uint32_t comparable_samples() const noexcept;
   /// The window's latency over what the same requests take with no
-  /// backend queue (each kind's no-load latency plus the tolerance).
+  /// backend queue (each kind's no-load latency plus the tolerance); 0
+  /// when none of its samples has one.
   double window_ratio() const noexcept;
 
   // current window
@@ -162,6 +177,8 @@ class ConcurrencyLimit {
   double noload_ = std::numeric_limits<double>::infinity();
   std::array<double, kKinds> kind_noload_{};  // 0: that kind not measured yet
   std::array<std::uint32_t, kKinds> kind_probe_{};  // the probe that last measured it
+  std::array<double, kKinds> kind_weight_{};        // samples behind kind_noload_, halved each probe
+  std::uint32_t measured_ = 0;                       // update_measured()
   double smoothed_ = 0;  // latency over floor, averaged across windows
   double variance_ = 0;  // of window ratios around smoothed_
   bool probed_ = false;

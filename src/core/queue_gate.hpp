@@ -153,9 +153,11 @@ class QueueGate {
 
   /// Takes a permit regardless of the limit (dry-run mode: the request goes
   /// through, and in-flight stays truthful for the estimates).
-  void force_acquire(TimePoint now) {
+  /// Returns the limit's tag for it (its lane; never part of a probe).
+  std::uint32_t force_acquire(TimePoint now, Criticality c, bool over_quota) {
     ++in_flight_;
     push_start(now);
+    return limit_.tag(static_cast<std::uint32_t>(lane(c, over_quota)) + 1);
   }
 
   // --- observability -------------------------------------------------------

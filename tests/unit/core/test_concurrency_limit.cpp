@@ -187,23 +187,23 @@ TEST_CASE("a probe does not wait for requests that came back without a sample", 
 namespace {
 
 // Two kinds of request on 10 workers under saturating demand: cheap ones
-// (10 ms) and dear ones (100 ms), three to one. While the limit probes only
-// cheap ones start, as the queue serves its upper lanes first at half the
-// limit (an over-quota tenant's dear requests wait in the lowest). Returns
-// the lowest and highest limit over the last 40 of 60 s. tell_kinds: each
-// start says which kind it is (the queue's lane); otherwise none does.
-std::pair<std::uint32_t, std::uint32_t> limit_with_two_kinds(bool tell_kinds) {
-  ConcurrencyLimitConfig cfg = adaptive(5);
-  ConcurrencyLimit lim(cfg);
+// (10 ms) and dear ones (100 ms), one in four dear. While the limit probes,
+// one in `probe_dear_every` is dear (0: none), as the queue serves its upper
+// lanes first at half the limit (an over-quota tenant's dear requests wait
+// in the lowest). Returns the lowest and highest limit over the last 40 of
+// 60 s. tell_kinds: each start says which kind it is (the queue's lane);
+// otherwise none does.
+std::pair<std::uint32_t, std::uint32_t> limit_with_two_kinds(bool tell_kinds, std::uint64_t probe_dear_every) {
+  ConcurrencyLimit lim(adaptive(5));
   BackendModel be(10, [] { return Duration(10ms); });
   SimClock clk;
   std::uint32_t inflight = 0;
-  std::uint64_t n = 0;
+  std::uint64_t n = 0, np = 0;
   std::uint32_t lo = 1000000, hi = 0;
   while (clk.now < TimePoint{60s}) {
     while (inflight < lim.limit()) {
       ++inflight;
-      const bool dear = !lim.probing() && ++n % 4 == 0;
+      const bool dear = lim.probing() ? probe_dear_every > 0 && ++np % probe_dear_every == 0 : ++n % 4 == 0;
       const std::uint32_t tag = lim.on_start(clk.now, tell_kinds ? (dear ? 2 : 1) : 0);
       be.submit(clk.now, inflight, tag, dear ? Duration(100ms) : Duration(10ms));
     }
@@ -221,19 +221,30 @@ std::pair<std::uint32_t, std::uint32_t> limit_with_two_kinds(bool tell_kinds) {
 
 }  // namespace
 
-TEST_CASE("a probe that sees only the cheap kind of request does not hold the limit under the backend's size",
+TEST_CASE("a probe that sees another mix of requests does not hold the limit under the backend's size",
           "[limit][sim]") {
-  // Told apart, each kind is measured against its own no-load latency:
-  // the limit keeps the 10 workers busy, with a short queue on top.
-  const auto [lo, hi] = limit_with_two_kinds(true);
-  INFO("kinds told: limit " << lo << ".." << hi);
+  // The probe sees no dear request: told apart, the dear ones have no
+  // no-load latency of their own and sit out, and the cheap ones show the
+  // backend's queue. The limit keeps the 10 workers busy, with a short
+  // queue on top.
+  const auto [lo, hi] = limit_with_two_kinds(true, 0);
+  INFO("no dear request in probes, kinds told: limit " << lo << ".." << hi);
   CHECK(lo >= 10);
   CHECK(hi <= 14);
-  // The control: with one no-load latency for all, the probe's cheap
-  // requests make the usual mix (32.5 ms on average) read as a queue, and
-  // the limit stays under the backend's size (as it did in issue 19's case
-  // before the kinds).
-  const auto [lo0, hi0] = limit_with_two_kinds(false);
-  INFO("kinds not told: limit " << lo0 << ".." << hi0);
+  // The probe sees a few (one in ten, against one in four otherwise): each
+  // kind is measured against its own no-load latency.
+  const auto [lo1, hi1] = limit_with_two_kinds(true, 10);
+  INFO("one in ten in probes, kinds told: limit " << lo1 << ".." << hi1);
+  CHECK(lo1 >= 10);
+  CHECK(hi1 <= 14);
+  // The controls: with one no-load latency for all, the probe's cheaper
+  // mix makes the usual one (32.5 ms on average) read as a queue, and the
+  // limit stays under the backend's size (as in issue 19's case before
+  // the kinds).
+  const auto [lo0, hi0] = limit_with_two_kinds(false, 0);
+  INFO("no dear request in probes, kinds not told: limit " << lo0 << ".." << hi0);
   CHECK(hi0 < 10);
+  const auto [lo2, hi2] = limit_with_two_kinds(false, 10);
+  INFO("one in ten in probes, kinds not told: limit " << lo2 << ".." << hi2);
+  CHECK(hi2 < 10);
 }
