@@ -35,7 +35,6 @@ void ConcurrencyLimit::start_probe(TimePoint now) noexcept {
   probe_started_ = 0;
   probe_done_ = 0;
   probe_lost_ = 0;
-  probe_sum_ = 0;
   probe_kind_sum_.fill(0);
   probe_kind_done_.fill(0);
 }
@@ -44,7 +43,7 @@ void ConcurrencyLimit::finish_probe(TimePoint now) noexcept {
   probing_ = false;
   last_probe_ = now;
   if (probe_done_ >= std::max<std::uint32_t>(1, cfg_.adaptive_cfg.min_samples / 2)) {
-    const double avg = probe_sum_ / probe_done_;
+    const double avg = sum(probe_kind_sum_) / probe_done_;
     noload_ = probed_ ? 0.5 * noload_ + 0.5 * avg : avg;
     probed_ = true;
     // Each kind on its own (kind 0, "not told", is the mean of all),
@@ -60,8 +59,11 @@ void ConcurrencyLimit::finish_probe(TimePoint now) noexcept {
   }
   update_measured();
   // Restart the regular window: what ran during the probe is not typical.
+  reset_window(now);
+}
+
+void ConcurrencyLimit::reset_window(TimePoint now) noexcept {
   window_start_ = now;
-  rtt_sum_ = 0;
   samples_ = 0;
   kind_samples_.fill(0);
   kind_rtt_.fill(0);
@@ -81,7 +83,6 @@ void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t infl
   }
   if (probing_) {
     if (probe_of(tag) != 0 && probe_of(tag) == probe_id_) {
-      probe_sum_ += to_seconds(rtt);
       ++probe_done_;
       probe_kind_sum_[kind_of(tag)] += to_seconds(rtt);
       ++probe_kind_done_[kind_of(tag)];
@@ -89,7 +90,6 @@ void ConcurrencyLimit::on_sample(TimePoint now, Duration rtt, std::uint32_t infl
     maybe_finish_probe(now);
     return;
   }
-  rtt_sum_ += to_seconds(rtt);
   ++samples_;
   ++kind_samples_[kind_of(tag)];
   kind_rtt_[kind_of(tag)] += to_seconds(rtt);
@@ -113,7 +113,7 @@ void ConcurrencyLimit::maybe_finish_probe(TimePoint now) noexcept {
   const bool all_back = probe_closed_ && probe_done_ + probe_lost_ >= probe_started_;
   // A request that never comes back at all (a permit held past its
   // response timeout) must not hold the probe open.
-  const bool too_long = now - probe_begin_ >= cfg_.adaptive_cfg.min_window * 20;
+  const bool too_long = now - probe_begin_ >= cfg_.adaptive_cfg.min_window * kMaxWindows;
   if (all_back || too_long) finish_probe(now);
 }
 
@@ -138,7 +138,7 @@ double ConcurrencyLimit::window_ratio() const noexcept {
   if (measured_ == 0) {
     // No kind measured on its own (before the first probe, or every
     // request of kind 0): all of them against the mean of all.
-    rtt = rtt_sum_;
+    rtt = sum(kind_rtt_);
     floor = samples_ * (noload_ + tol);
   } else {
     // Kind 0 against the mean of all; the others against their own, and
@@ -158,7 +158,7 @@ double ConcurrencyLimit::window_ratio() const noexcept {
 
 void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   const auto& a = cfg_.adaptive_cfg;
-  const double avg = rtt_sum_ / samples_;
+  const double avg = sum(kind_rtt_) / samples_;
   // Before the first probe, the first window (at the small initial limit)
   // is the best no-load view there is.
   const bool first = smoothed_ <= 0;
@@ -169,22 +169,14 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   const double ratio = window_ratio();  // 0: nothing comparable (hold)
   const std::uint32_t used = max_inflight_;
   const std::uint32_t drops = drops_;
-  window_start_ = now;
-  rtt_sum_ = 0;
-  samples_ = 0;
-  kind_samples_.fill(0);
-  kind_rtt_.fill(0);
-  max_inflight_ = 0;
-  drops_ = 0;
+  reset_window(now);
 
-  if (ratio <= 0) {
-    // nothing to learn from this window's latency
-  } else if (!first) {
+  if (ratio > 0 && first) {
+    smoothed_ = ratio;
+  } else if (ratio > 0) {
     const double dev = ratio - smoothed_;
     variance_ = 0.8 * variance_ + 0.2 * dev * dev;
     smoothed_ = 0.5 * smoothed_ + 0.5 * ratio;
-  } else {
-    smoothed_ = ratio;
   }
 
   const double l = limit_;

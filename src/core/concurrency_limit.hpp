@@ -136,6 +136,7 @@ class ConcurrencyLimit {
   void end_window(TimePoint now) noexcept;
   void start_probe(TimePoint now) noexcept;
   void finish_probe(TimePoint now) noexcept;
+  void reset_window(TimePoint now) noexcept;
   /// Ends the probe once every request it started is back, or at its time limit.
   void maybe_finish_probe(TimePoint now) noexcept;
 
@@ -147,10 +148,17 @@ class ConcurrencyLimit {
   /// requests, and for this many probes after the last such.
   static constexpr std::uint32_t kKindMinSamples = 3;
   static constexpr std::uint32_t kKindFresh = 3;
-  /// A window closes with at least this many samples of measured kinds
-  /// (or, longer than kMaxWindows windows, holds the limit as it is).
+  /// A window closes with at least this many samples of measured kinds.
   static constexpr std::uint32_t kMinMeasured = 10;
+  /// Nothing waits longer than this many `min_window`s: a probe for the
+  /// requests it started (one may never come back), a window for
+  /// comparable samples (it then holds the limit as it is).
   static constexpr std::uint32_t kMaxWindows = 20;
+  static double sum(const std::array<double, kKinds>& a) noexcept {
+    double s = 0;
+    for (double x : a) s += x;
+    return s;
+  }
   static_assert(kKinds == 1u << kKindBits);
   static std::uint32_t kind_of(std::uint32_t tag) noexcept { return tag & (kKinds - 1); }
   static std::uint32_t probe_of(std::uint32_t tag) noexcept { return tag >> kKindBits; }
@@ -167,10 +175,9 @@ class ConcurrencyLimit {
   // current window
   TimePoint window_start_{};
   bool window_open_ = false;
-  double rtt_sum_ = 0;
   std::uint32_t samples_ = 0;
   std::array<std::uint32_t, kKinds> kind_samples_{};  // of samples_, by kind
-  std::array<double, kKinds> kind_rtt_{};             // of rtt_sum_, by kind
+  std::array<double, kKinds> kind_rtt_{};             // sum of RTT (s), by kind
   std::uint32_t max_inflight_ = 0;
   std::uint32_t drops_ = 0;
   // estimates
@@ -191,8 +198,7 @@ class ConcurrencyLimit {
   std::uint32_t probe_started_ = 0;
   std::uint32_t probe_done_ = 0;  // back with a sample
   std::uint32_t probe_lost_ = 0;  // back without one
-  double probe_sum_ = 0;
-  std::array<double, kKinds> probe_kind_sum_{};
+  std::array<double, kKinds> probe_kind_sum_{};  // sum of RTT (s), by kind
   std::array<std::uint32_t, kKinds> probe_kind_done_{};
 };
 
