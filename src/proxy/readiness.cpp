@@ -6,32 +6,102 @@
 #include <boost/asio/append.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/detail/reactor_op.hpp>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/version.hpp>
 
 #include <cassert>
+#include <cerrno>
 #include <utility>
 
 namespace levee::proxy {
 
+/// The set's wait in Asio's reactor, written as Asio writes a receive: its
+/// perform() is the drain's epoll_wait, run by the reactor when epoll says
+/// the set is readable, or at once when armed if the reactor saw it become
+/// readable since a drain last found it empty (Asio's try_speculative_). A
+/// drain that returned fewer events than it had room for emptied the set
+/// (done_and_exhausted), so the next arm waits for epoll without a system
+/// call of its own. One is allocated per set and re-armed from its own
+/// completion: nothing is allocated per pass.
+struct Readiness::Drain : asio::detail::reactor_op {
+  static constexpr int kBatch = 64;
+  Readiness* set;  ///< null once the set is shut down: the operation then frees itself
+  int epfd;
+  int got = 0;
+  epoll_event ev[kBatch];
+
+  Drain(Readiness* s, int fd) : reactor_op(error_code{}, &perform, &complete), set(s), epfd(fd) {}
+
+  static status perform(reactor_op* base) {
+    auto* d = static_cast<Drain*>(base);
+    const int n = ::epoll_wait(d->epfd, d->ev, kBatch, 0);
+    if (n < 0) {
+      d->got = 0;
+      if (errno == EINTR) return done;  // completes empty; the next arm tries again
+      d->ec_ = error_code(errno, asio::error::get_system_category());
+      return done;
+    }
+    d->got = n;
+    if (n == 0) return not_done;  // stays queued until epoll says the set is readable
+    return n < kBatch ? done_and_exhausted : done;
+  }
+
+  // owner is null when Asio destroys the operation instead of completing it
+  // (its io_context is going away).
+  static void complete(void* owner, asio::detail::operation* base, const error_code&, std::size_t) {
+    auto* d = static_cast<Drain*>(base);
+    Readiness* r = d->set;
+    if (!owner || !r) {
+      delete d;
+      return;
+    }
+    r->armed_ = false;
+    if (d->ec_) return;  // the set failed: no more drains (watched sockets keep their marks)
+    // The waiters resume here, in this pass. One may watch() a socket
+    // (arm() waits for this to end: the events are still being read) or
+    // shut the set down (then this operation is no longer the set's).
+    r->delivering_ = true;
+    r->deliver(d->ev, d->got);
+    if (!d->set) {
+      delete d;
+      return;
+    }
+    r->delivering_ = false;
+    r->arm();
+  }
+};
+
 Readiness::Readiness(Executor ex) : ex_(ex) {
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epfd_ < 0) return;  // watch() says no; streams peek instead
-  error_code ec;
-  set_.emplace(ex_);
-  set_->assign(epfd_, ec);
-  if (ec) {
-    set_.reset();
+  reactor_ = &asio::use_service<asio::detail::reactor>(asio::query(ex_, asio::execution::context));
+  if (reactor_->register_descriptor(epfd_, set_) != 0) {
+    reactor_->cleanup_descriptor_data(set_);
     ::close(epfd_);
     epfd_ = -1;
+    return;
   }
+  drain_ = new Drain(this, epfd_);
 }
 
 Readiness::~Readiness() { shutdown(); }
 
 void Readiness::shutdown() noexcept {
-  if (set_) {
-    error_code ec;
-    set_->close(ec);  // closes epfd_; the pending wait is aborted
-    set_.reset();
+  if (epfd_ >= 0) {
+    // A queued drain is completed as aborted (or destroyed with the
+    // io_context) and frees itself then; one whose completion is running
+    // frees itself when that returns.
+    if (armed_ || delivering_)
+      drain_->set = nullptr;
+    else
+      delete drain_;
+    drain_ = nullptr;
+    armed_ = false;
+    reactor_->deregister_descriptor(epfd_, set_, true);
+    ::close(epfd_);
+    reactor_->cleanup_descriptor_data(set_);
     epfd_ = -1;
   }
   // Waiters are destroyed, not called: the event loop is going away.
@@ -106,49 +176,52 @@ void Readiness::wake_all(Slot& s, error_code ec) {
 }
 
 void Readiness::arm() {
-  if (!set_) return;
+  if (!drain_ || armed_ || delivering_) return;
   armed_ = true;
-  set_->async_wait(Descriptor::wait_read, [this](error_code ec) {
-    if (ec) {
-      armed_ = false;  // closed (shutdown)
-      return;
-    }
-    drain();  // a reader resumed here may watch() a socket: still armed
-    armed_ = false;
-    arm();
-  });
+  // A continuation of the last drain; speculative: the drain is tried at
+  // once only if the reactor saw the set become readable since it was last
+  // found empty, and otherwise queued with no epoll_ctl.
+#if BOOST_ASIO_VERSION < 102900
+  reactor_->start_op(asio::detail::reactor::read_op, epfd_, set_, drain_, true, true);
+#else
+  reactor_->start_op(asio::detail::reactor::read_op, epfd_, set_, drain_, true, true,
+                     &asio::detail::reactor::call_post_immediate_completion, reactor_);
+#endif
 }
 
 void Readiness::drain() noexcept {
   if (epfd_ < 0) return;
-  constexpr int kBatch = 64;
-  epoll_event ev[kBatch];
+  epoll_event ev[Drain::kBatch];
   for (;;) {
-    const int n = ::epoll_wait(epfd_, ev, kBatch, 0);
-    for (int k = 0; k < n; ++k) {
-      const auto i = static_cast<std::size_t>(ev[k].data.fd);
-      if (i >= slots_.size() || !slots_[i].owner) continue;
-      Slot& s = slots_[i];
-      const std::uint32_t e = ev[k].events;
-      // EPOLLOUT alone (room freed, a connect done) says nothing of reading.
-      const bool in = e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
-      if (in) s.readable = true;
-      if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
-      if (e & (EPOLLHUP | EPOLLERR)) s.failed = true;
-      // The waiters resume here, in this pass: a post would run them only
-      // after the event loop's next epoll_wait. One may close this socket
-      // (and a new one take its number): each is looked up afresh.
-      const auto run = [&](Want want) {
-        Handler& w = slots_[i].waiter[static_cast<std::size_t>(want)];
-        if (w) asio::dispatch(asio::append(std::exchange(w, nullptr), error_code{}));
-      };
-      if (in) {
-        run(Want::Read);
-        run(Want::Peek);
-      }
-      if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) run(Want::Write);
+    const int n = ::epoll_wait(epfd_, ev, Drain::kBatch, 0);
+    if (n > 0) deliver(ev, n);
+    if (n < Drain::kBatch) return;
+  }
+}
+
+void Readiness::deliver(const epoll_event* ev, int n) noexcept {
+  for (int k = 0; k < n; ++k) {
+    const auto i = static_cast<std::size_t>(ev[k].data.fd);
+    if (i >= slots_.size() || !slots_[i].owner) continue;
+    Slot& s = slots_[i];
+    const std::uint32_t e = ev[k].events;
+    // EPOLLOUT alone (room freed, a connect done) says nothing of reading.
+    const bool in = e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+    if (in) s.readable = true;
+    if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
+    if (e & (EPOLLHUP | EPOLLERR)) s.failed = true;
+    // The waiters resume here, in this pass: a post would run them only
+    // after the event loop's next epoll_wait. One may close this socket
+    // (and a new one take its number): each is looked up afresh.
+    const auto run = [&](Want want) {
+      Handler& w = slots_[i].waiter[static_cast<std::size_t>(want)];
+      if (w) asio::dispatch(asio::append(std::exchange(w, nullptr), error_code{}));
+    };
+    if (in) {
+      run(Want::Read);
+      run(Want::Peek);
     }
-    if (n < kBatch) return;
+    if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) run(Want::Write);
   }
 }
 

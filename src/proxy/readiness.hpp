@@ -10,14 +10,21 @@
 // wait that re-arms epoll (another). Here each watched socket sits, until it
 // is closed, in an edge-triggered epoll set of the worker's own; that set's
 // descriptor is one more socket-like thing in Asio's reactor. When Asio's
-// epoll says the set is readable, drain() collects which sockets had bytes,
-// a close or an error since they were last emptied, marks them, and wakes
-// whoever waits for one. The costs: one epoll_ctl per connection (when it
-// is made, or a client's kept open), and one epoll_wait plus one re-arm per
-// pass of the event loop that found anything, shared by every socket that
-// pass. Without it a kept-alive request costs a receive that finds nothing
-// or an epoll re-arm (Asio's readiness wait) on each side
-// (tests/integration/test_syscalls.py).
+// epoll says the set is readable, the set is drained: which sockets had
+// bytes, a close or an error since they were last emptied is collected,
+// marked, and whoever waits for one is woken. The costs: one epoll_ctl per
+// connection (when it is made, or a client's kept open), and one
+// epoll_wait per pass of the event loop that found anything, shared by
+// every socket that pass. Without it a kept-alive request costs a receive
+// that finds nothing or an epoll re-arm (Asio's readiness wait) on each
+// side (tests/integration/test_syscalls.py).
+//
+// The set waits in Asio's reactor as a receive does, not as async_wait()
+// does: the drain is the operation's "receive", tried at once only when
+// Asio has seen the set become ready since it was last found empty, and
+// otherwise left queued until epoll says so. Asio's readiness wait would
+// re-register the set (EPOLL_CTL_MOD) on every pass instead. This uses
+// Asio's reactor interface (boost/asio/detail), as its own sockets do.
 //
 // The rules the marks follow (Stream applies them):
 //   - A socket is marked readable when a drain reports it, and when it is
@@ -45,14 +52,15 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/posix/basic_stream_descriptor.hpp>
+#include <boost/asio/detail/reactor.hpp>
 
 #include <cstdint>
 #include <deque>
-#include <optional>
 #include <utility>
 
 #include "proxy/asio.hpp"
+
+struct epoll_event;
 
 namespace levee::proxy {
 
@@ -136,17 +144,25 @@ class Readiness {
     asio::any_completion_handler<void(error_code)> waiter[3];  ///< by Want
   };
   using Handler = asio::any_completion_handler<void(error_code)>;
-  using Descriptor = asio::posix::basic_stream_descriptor<Executor>;
+  struct Drain;  ///< the set's standing operation in Asio's reactor (readiness.cpp)
 
   void start_wait(int fd, Want want, Handler h);
   void wake(Handler& w, error_code ec);
   void wake_all(Slot& s, error_code ec);
   void arm();
+  /// Marks and wakes for n events a drain collected.
+  void deliver(const epoll_event* events, int n) noexcept;
 
   Executor ex_;
   int epfd_ = -1;
-  std::optional<Descriptor> set_;  ///< epfd_ as Asio sees it; reset by shutdown()
+  asio::detail::reactor* reactor_ = nullptr;
+  asio::detail::reactor::per_descriptor_data set_{};  ///< epfd_ as Asio's reactor knows it
+  /// Allocated once. While armed_, Asio's reactor holds it (a shutdown
+  /// then leaves it to free itself when Asio completes or destroys it);
+  /// while its completion runs, delivering_ is set and it is still ours.
+  Drain* drain_ = nullptr;
   bool armed_ = false;
+  bool delivering_ = false;
   /// By descriptor number. A deque: growing it never moves a Slot (Asio
   /// 1.81's any_completion_handler may be move-constructed, but its
   /// assignment and its copy wrap the handler in itself, without end).
