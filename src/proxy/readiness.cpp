@@ -9,7 +9,6 @@
 #include <boost/asio/detail/reactor_op.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
-#include <boost/asio/version.hpp>
 
 #include <cassert>
 #include <cerrno>
@@ -54,11 +53,17 @@ struct Readiness::Drain : asio::detail::reactor_op {
     auto* d = static_cast<Drain*>(base);
     Readiness* r = d->set;
     if (!owner || !r) {
+      // Destroyed with an io_context that went before shutdown(): the set
+      // is left with nothing to arm.
+      if (r) {
+        r->drain_ = nullptr;
+        r->armed_ = false;
+      }
       delete d;
       return;
     }
     r->armed_ = false;
-    if (d->ec_) return;  // the set failed: no more drains (watched sockets keep their marks)
+    if (d->ec_) return;  // the set failed (its descriptor is gone): not re-armed until the next watch()
     // The waiters resume here, in this pass. One may watch() a socket
     // (arm() waits for this to end: the events are still being read) or
     // shut the set down (then this operation is no longer the set's).
@@ -77,6 +82,7 @@ Readiness::Readiness(Executor ex) : ex_(ex) {
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epfd_ < 0) return;  // watch() says no; streams peek instead
   reactor_ = &asio::use_service<asio::detail::reactor>(asio::query(ex_, asio::execution::context));
+  reactor_->init_task();  // as Asio's own services do: the event loop then runs the reactor
   if (reactor_->register_descriptor(epfd_, set_) != 0) {
     reactor_->cleanup_descriptor_data(set_);
     ::close(epfd_);
@@ -93,7 +99,7 @@ void Readiness::shutdown() noexcept {
     // A queued drain is completed as aborted (or destroyed with the
     // io_context) and frees itself then; one whose completion is running
     // frees itself when that returns.
-    if (armed_ || delivering_)
+    if (drain_ && (armed_ || delivering_))
       drain_->set = nullptr;
     else
       delete drain_;
@@ -178,29 +184,15 @@ void Readiness::wake_all(Slot& s, error_code ec) {
 void Readiness::arm() {
   if (!drain_ || armed_ || delivering_) return;
   armed_ = true;
+  drain_->ec_ = error_code{};  // a drain that failed before must not discard this one's events
   // A continuation of the last drain; speculative: the drain is tried at
   // once only if the reactor saw the set become readable since it was last
   // found empty, and otherwise queued with no epoll_ctl.
-#if BOOST_ASIO_VERSION < 102900
   reactor_->start_op(asio::detail::reactor::read_op, epfd_, set_, drain_, true, true);
-#else
-  reactor_->start_op(asio::detail::reactor::read_op, epfd_, set_, drain_, true, true,
-                     &asio::detail::reactor::call_post_immediate_completion, reactor_);
-#endif
-}
-
-void Readiness::drain() noexcept {
-  if (epfd_ < 0) return;
-  epoll_event ev[Drain::kBatch];
-  for (;;) {
-    const int n = ::epoll_wait(epfd_, ev, Drain::kBatch, 0);
-    if (n > 0) deliver(ev, n);
-    if (n < Drain::kBatch) return;
-  }
 }
 
 void Readiness::deliver(const epoll_event* ev, int n) noexcept {
-  for (int k = 0; k < n; ++k) {
+  for (int k = 0; k < n && epfd_ >= 0; ++k) {  // a waiter may shut the set down
     const auto i = static_cast<std::size_t>(ev[k].data.fd);
     if (i >= slots_.size() || !slots_[i].owner) continue;
     Slot& s = slots_[i];

@@ -126,13 +126,12 @@ class Readiness {
     return async_wait(fd, Want::Read, std::forward<Token>(token));
   }
   void cancel(int fd) noexcept;
-  /// Before the io_context goes: stops draining and releases what waits
+  /// Before the io_context goes (the set's descriptor is registered with
+  /// its reactor): stops draining and releases what waits
   /// (the coroutines are then destroyed with the io_context's queue), while
   /// everything they reference is alive.
   void shutdown() noexcept;
 
-  /// Drains the set now (tests; the worker drains when Asio says so).
-  void drain() noexcept;
   std::size_t watched() const noexcept { return watched_; }
 
  private:
