@@ -27,15 +27,16 @@ namespace levee::proxy {
 struct Readiness::Drain : asio::detail::reactor_op {
   static constexpr int kBatch = 64;
   Readiness* set;  ///< null once the set is shut down: the operation then frees itself
-  int epfd;
   int got = 0;
   epoll_event ev[kBatch];
 
-  Drain(Readiness* s, int fd) : reactor_op(error_code{}, &perform, &complete), set(s), epfd(fd) {}
+  explicit Drain(Readiness* s) : reactor_op(error_code{}, &perform, &complete), set(s) {}
 
+  // Run only by the reactor, which a shutdown takes the operation out of
+  // in the same call that detaches it: set is never null here.
   static status perform(reactor_op* base) {
     auto* d = static_cast<Drain*>(base);
-    const int n = ::epoll_wait(d->epfd, d->ev, kBatch, 0);
+    const int n = ::epoll_wait(d->set->epfd_, d->ev, kBatch, 0);
     if (n < 0) {
       d->got = 0;
       if (errno == EINTR) return done;  // completes empty; the next arm tries again
@@ -89,7 +90,7 @@ Readiness::Readiness(Executor ex) : ex_(ex) {
     epfd_ = -1;
     return;
   }
-  drain_ = new Drain(this, epfd_);
+  drain_ = new Drain(this);
 }
 
 Readiness::~Readiness() { shutdown(); }
