@@ -1,114 +1,148 @@
 #include "proxy/readiness.hpp"
 
 #include <sys/epoll.h>
-#include <unistd.h>
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/detail/epoll_reactor.hpp>
+#include <boost/asio/detail/reactor.hpp>
+#include <boost/asio/detail/scheduler.hpp>
+#include <boost/asio/detail/scheduler_operation.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/detail/reactor_op.hpp>
-#include <boost/asio/execution/context.hpp>
-#include <boost/asio/query.hpp>
+#include <boost/asio/version.hpp>
 
 #include <cassert>
-#include <cerrno>
+#include <type_traits>
 #include <utility>
+
+// What this file relies on in Asio's epoll reactor (boost/asio/detail/impl/
+// epoll_reactor.ipp, epoll_reactor::run()), checked against Asio 1.26
+// (Boost 1.81, Debian 12) and 1.28 (Boost 1.83, Debian 13, Ubuntu 24.04):
+//   - for every event whose data.ptr is neither its interrupter nor its
+//     timerfd, it casts the pointer to its descriptor_state, stores the
+//     events in the operation's task_result_ (set_ready_events, or
+//     add_ready_events if that operation is already queued in this pass)
+//     and queues it as a scheduler operation; descriptor_state's only base
+//     is that operation, at offset 0, as it is Watch's. Nothing else of
+//     the object is read.
+//   - the scheduler then calls the operation's completion function with
+//     itself as owner and the events as bytes_transferred, and counts the
+//     completion as one unit of work finished: a completion that did not
+//     start one compensates (as descriptor_state's does when no I/O
+//     operation completed), or the io_context would run out of work.
+//   - it queues the reactor's next pass behind every operation of this one,
+//     so a Watch is never queued twice.
+//   - an io_context that goes with operations queued destroys them: the
+//     completion function is called with a null owner.
+static_assert(BOOST_ASIO_VERSION >= 102600 && BOOST_ASIO_VERSION < 103000,
+              "proxy/readiness.cpp relies on Asio's epoll reactor as of 1.26-1.28: check it against this version");
+static_assert(std::is_same_v<boost::asio::detail::reactor, boost::asio::detail::epoll_reactor>,
+              "the readiness set needs Asio's epoll reactor");
 
 namespace levee::proxy {
 
-/// The set's wait in Asio's reactor, written as Asio writes a receive: its
-/// perform() is the drain's epoll_wait, run by the reactor when epoll says
-/// the set is readable, or at once when armed if the reactor saw it become
-/// readable since a drain last found it empty (Asio's try_speculative_). A
-/// drain that returned fewer events than it had room for emptied the set
-/// (done_and_exhausted), so the next arm waits for epoll without a system
-/// call of its own. One is allocated per set and re-armed from its own
-/// completion: nothing is allocated per pass.
-struct Readiness::Drain : asio::detail::reactor_op {
-  static constexpr int kBatch = 64;
-  Readiness* set;  ///< null once the set is shut down: the operation then frees itself
-  int got = 0;
-  epoll_event ev[kBatch];
+namespace {
 
-  explicit Drain(Readiness* s) : reactor_op(error_code{}, &perform, &complete), set(s) {}
+// The reactor's epoll descriptor is private to it. An explicit template
+// instantiation may name a private member ([temp.spec.general]); the
+// friend function it defines hands the member pointer out.
+struct EpollFd {
+  using type = int asio::detail::epoll_reactor::*;
+  friend type member(EpollFd);
+};
+template <typename Tag, typename Tag::type M>
+struct Expose {
+  friend typename Tag::type member(Tag) { return M; }
+};
+template struct Expose<EpollFd, &asio::detail::epoll_reactor::epoll_fd_>;
 
-  // Run only by the reactor, which a shutdown takes the operation out of
-  // in the same call that detaches it: set is never null here.
-  static status perform(reactor_op* base) {
-    auto* d = static_cast<Drain*>(base);
-    const int n = ::epoll_wait(d->set->epfd_, d->ev, kBatch, 0);
-    if (n < 0) {
-      d->got = 0;
-      if (errno == EINTR) return done;  // completes empty; the next arm tries again
-      d->ec_ = error_code(errno, asio::error::get_system_category());
-      return done;
-    }
-    d->got = n;
-    if (n == 0) return not_done;  // stays queued until epoll says the set is readable
-    return n < kBatch ? done_and_exhausted : done;
-  }
+}  // namespace
 
-  // owner is null when Asio destroys the operation instead of completing it
-  // (its io_context is going away).
-  static void complete(void* owner, asio::detail::operation* base, const error_code&, std::size_t) {
-    auto* d = static_cast<Drain*>(base);
-    Readiness* r = d->set;
-    if (!owner || !r) {
-      // Destroyed with an io_context that went before shutdown(): the set
-      // is left with nothing to arm.
-      if (r) {
-        r->drain_ = nullptr;
-        r->armed_ = false;
-      }
-      delete d;
-      return;
-    }
-    r->armed_ = false;
-    if (d->ec_) return;  // the set failed (its descriptor is gone): not re-armed until the next watch()
-    // The waiters resume here, in this pass. One may watch() a socket
-    // (arm() waits for this to end: the events are still being read) or
-    // shut the set down (then this operation is no longer the set's).
-    r->delivering_ = true;
-    r->deliver(d->ev, d->got);
-    if (!d->set) {
-      delete d;
-      return;
-    }
-    r->delivering_ = false;
-    r->arm();
+/// A watched socket's registration in Asio's epoll: its epoll data points
+/// here, and Asio queues it, with the events, as it queues its own
+/// descriptors. Made once per socket slot at most and reused.
+struct Readiness::Watch : asio::detail::operation {
+  Readiness* set = nullptr;  ///< null while not watching (a late completion is ignored)
+  int fd = -1;
+  std::uint32_t retired_in = 0;  ///< the Pool's flush round that frees it, while retired
+
+  Watch() : asio::detail::operation(&complete) {}
+
+  static void complete(void* owner, asio::detail::operation* base, const error_code&, std::size_t events) {
+    if (!owner) return;  // destroyed with the io_context: the Pool frees the memory
+    // The scheduler counts this completion as work finished; it started none.
+    static_cast<asio::detail::scheduler*>(owner)->compensating_work_started();
+    auto* w = static_cast<Watch*>(base);
+    if (w->set) w->set->deliver(w, static_cast<std::uint32_t>(events));
   }
 };
 
-Readiness::Readiness(Executor ex) : ex_(ex) {
-  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epfd_ < 0) return;  // watch() says no; streams peek instead
-  reactor_ = &asio::use_service<asio::detail::reactor>(asio::query(ex_, asio::execution::context));
-  reactor_->init_task();  // as Asio's own services do: the event loop then runs the reactor
-  if (reactor_->register_descriptor(epfd_, set_) != 0) {
-    reactor_->cleanup_descriptor_data(set_);
-    ::close(epfd_);
-    epfd_ = -1;
-    return;
+/// Every Watch made for an io_context, kept until the io_context goes (an
+/// io_context's services are destroyed after the operations still queued
+/// in it). A Watch whose socket was closed may still be queued in this
+/// pass; it is reused only after a handler posted behind that completion
+/// has run.
+struct Readiness::Pool : asio::execution_context::service {
+  using key_type = Pool;
+  static inline asio::execution_context::id id;
+
+  explicit Pool(asio::execution_context& c) : service(c) {}
+  void shutdown() override {}
+
+  Watch* take() {
+    if (free.empty()) return &all.emplace_back();
+    Watch* w = free.back();
+    free.pop_back();
+    return w;
   }
-  drain_ = new Drain(this);
+  /// w's socket is closed (or out of epoll) before the event loop's next
+  /// pass, so only a completion queued already can still reach it.
+  void retire(Watch* w, Executor ex) {
+    w->set = nullptr;
+    w->fd = -1;
+    retired.push_back(w);
+    if (!flush_posted) post_flush(ex);
+  }
+  void post_flush(Executor ex) {
+    flush_posted = true;
+    // Behind every completion queued now, so behind those of the Watches
+    // retired so far; the ones retired later wait for the next flush.
+    asio::post(ex, [this, ex, n = retired.size()] { flush(n, ex); });
+  }
+  void flush(std::size_t n, Executor ex) {
+    flush_posted = false;
+    free.insert(free.end(), retired.begin(), retired.begin() + static_cast<std::ptrdiff_t>(n));
+    retired.erase(retired.begin(), retired.begin() + static_cast<std::ptrdiff_t>(n));
+    if (!retired.empty()) post_flush(ex);
+  }
+
+  std::deque<Watch> all;  ///< a deque: a Watch never moves
+  std::vector<Watch*> free;
+  std::vector<Watch*> retired;  ///< in the order retired
+  bool flush_posted = false;
+};
+
+Readiness::Readiness(Executor ex) : ex_(ex) {
+  auto& ctx = static_cast<asio::execution_context&>(ex_.context());
+  auto& reactor = asio::use_service<asio::detail::epoll_reactor>(ctx);
+  reactor.init_task();  // as Asio's own services do: the event loop then runs the reactor
+  epfd_ = reactor.*member(EpollFd{});
+  sched_ = &asio::use_service<asio::detail::scheduler>(ctx);
+  pool_ = &asio::use_service<Pool>(ctx);
 }
 
 Readiness::~Readiness() { shutdown(); }
 
 void Readiness::shutdown() noexcept {
   if (epfd_ >= 0) {
-    // A queued drain is completed as aborted (or destroyed with the
-    // io_context) and frees itself then; one whose completion is running
-    // frees itself when that returns.
-    if (drain_ && (armed_ || delivering_))
-      drain_->set = nullptr;
-    else
-      delete drain_;
-    drain_ = nullptr;
-    armed_ = false;
-    reactor_->deregister_descriptor(epfd_, set_, true);
-    ::close(epfd_);
-    reactor_->cleanup_descriptor_data(set_);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.owner) continue;
+      // Its descriptor stays open (its stream's): no later pass may report it.
+      epoll_event ev{};
+      ::epoll_ctl(epfd_, EPOLL_CTL_DEL, static_cast<int>(i), &ev);
+      retire(s);
+    }
     epfd_ = -1;
   }
   // Waiters are destroyed, not called: the event loop is going away.
@@ -118,29 +152,50 @@ void Readiness::shutdown() noexcept {
 
 bool Readiness::watch(int fd, const void* owner) noexcept {
   if (epfd_ < 0 || fd < 0) return false;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-  ev.data.fd = fd;
-  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
   const auto i = static_cast<std::size_t>(fd);
   if (i >= slots_.size()) slots_.resize(i + 1);
   Slot& s = slots_[i];
+  if (s.owner) {
+    // A watch whose descriptor was closed without forget(): its number is
+    // reused. Whoever waited is told the watch ended.
+    wake_all(s, asio::error::operation_aborted);
+    retire(s);
+  }
+  Watch* w = pool_->take();
+  w->set = this;
+  w->fd = fd;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = w;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    w->set = nullptr;
+    w->fd = -1;
+    pool_->free.push_back(w);  // never registered: nothing can be queued for it
+    return false;
+  }
   s.owner = owner;
+  s.watch = w;
   s.readable = true;
   s.hup = s.failed = false;
-  ++watched_;
-  if (!armed_) arm();
+  // While anything is watched the io_context has work (a waiter's wake-up
+  // comes from the reactor, which counts none).
+  if (watched_++ == 0) sched_->work_started();
   return true;
+}
+
+void Readiness::retire(Slot& s) noexcept {
+  s.owner = nullptr;
+  s.readable = s.hup = s.failed = false;
+  if (Watch* w = std::exchange(s.watch, nullptr)) pool_->retire(w, ex_);
+  if (--watched_ == 0) sched_->work_finished();
 }
 
 bool Readiness::forget(int fd, const void* owner) noexcept {
   const auto i = static_cast<std::size_t>(fd);
   if (fd < 0 || i >= slots_.size() || slots_[i].owner != owner || owner == nullptr) return false;
   Slot& s = slots_[i];
-  s.owner = nullptr;
-  s.readable = s.hup = s.failed = false;
-  --watched_;
   wake_all(s, asio::error::operation_aborted);
+  retire(s);
   return true;
 }
 
@@ -162,7 +217,7 @@ void Readiness::start_wait(int fd, Want want, Handler h) {
   w.swap(h);  // not operator=: Asio 1.81's wraps the handler in itself, without end
   if (!s.owner) return wake(w, asio::error::bad_descriptor);
   // A Write wait begins after a send found the socket full: the room that
-  // frees later is a new edge, which a drain reports. Only a failed socket
+  // frees later is a new edge, which epoll reports. Only a failed socket
   // ends it at once (its next send fails): one whose peer stopped sending
   // but not reading must wait, or the writer would spin on EAGAIN.
   if (want == Want::Write ? s.failed : (s.readable || s.hup)) wake(w, error_code{});
@@ -182,40 +237,28 @@ void Readiness::wake_all(Slot& s, error_code ec) {
   for (auto& w : s.waiter) wake(w, ec);
 }
 
-void Readiness::arm() {
-  if (!drain_ || armed_ || delivering_) return;
-  armed_ = true;
-  drain_->ec_ = error_code{};  // a drain that failed before must not discard this one's events
-  // A continuation of the last drain; speculative: the drain is tried at
-  // once only if the reactor saw the set become readable since it was last
-  // found empty, and otherwise queued with no epoll_ctl.
-  reactor_->start_op(asio::detail::reactor::read_op, epfd_, set_, drain_, true, true);
-}
-
-void Readiness::deliver(const epoll_event* ev, int n) noexcept {
-  for (int k = 0; k < n && epfd_ >= 0; ++k) {  // a waiter may shut the set down
-    const auto i = static_cast<std::size_t>(ev[k].data.fd);
-    if (i >= slots_.size() || !slots_[i].owner) continue;
-    Slot& s = slots_[i];
-    const std::uint32_t e = ev[k].events;
-    // EPOLLOUT alone (room freed, a connect done) says nothing of reading.
-    const bool in = e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
-    if (in) s.readable = true;
-    if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
-    if (e & (EPOLLHUP | EPOLLERR)) s.failed = true;
-    // The waiters resume here, in this pass: a post would run them only
-    // after the event loop's next epoll_wait. One may close this socket
-    // (and a new one take its number): each is looked up afresh.
-    const auto run = [&](Want want) {
-      Handler& w = slots_[i].waiter[static_cast<std::size_t>(want)];
-      if (w) asio::dispatch(asio::append(std::exchange(w, nullptr), error_code{}));
-    };
-    if (in) {
-      run(Want::Read);
-      run(Want::Peek);
-    }
-    if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) run(Want::Write);
+void Readiness::deliver(Watch* w, std::uint32_t e) noexcept {
+  // w->set is this: w is the Watch of the slot of its descriptor.
+  Slot& s = slots_[static_cast<std::size_t>(w->fd)];
+  // EPOLLOUT alone (room freed, a connect done) says nothing of reading.
+  const bool in = e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+  if (in) s.readable = true;
+  if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s.hup = true;
+  if (e & (EPOLLHUP | EPOLLERR)) s.failed = true;
+  // The waiters resume here, in this pass: a post would run them only
+  // after the event loop's next epoll_wait. One may close this socket
+  // (another may then take its number, with another Watch) or shut the
+  // set down: either retires w, and the rest are not woken.
+  const auto run = [&](Want want) {
+    if (w->set != this) return;
+    Handler& h = s.waiter[static_cast<std::size_t>(want)];
+    if (h) asio::dispatch(asio::append(std::exchange(h, nullptr), error_code{}));
+  };
+  if (in) {
+    run(Want::Read);
+    run(Want::Peek);
   }
+  if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) run(Want::Write);
 }
 
 }  // namespace levee::proxy

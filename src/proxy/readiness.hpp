@@ -7,43 +7,44 @@
 // Asio's reactor keeps no readiness a caller can read: every read is tried
 // at once (a receive that often finds nothing), and an idle connection can
 // only be checked with a syscall of its own (a one-byte MSG_PEEK) or by a
-// wait that re-arms epoll (another). Here each watched socket sits, until it
-// is closed, in an edge-triggered epoll set of the worker's own; that set's
-// descriptor is one more socket-like thing in Asio's reactor. When Asio's
-// epoll says the set is readable, the set is drained: which sockets had
-// bytes, a close or an error since they were last emptied is collected,
-// marked, and whoever waits for one is woken. The costs: one epoll_ctl per
-// connection (when it is made, or a client's kept open), and one
-// epoll_wait per pass of the event loop that found anything, shared by
-// every socket that pass. Without it a kept-alive request costs a receive
-// that finds nothing or an epoll re-arm (Asio's readiness wait) on each
-// side (tests/integration/test_syscalls.py).
+// wait that re-arms epoll (another). Here each watched socket is registered,
+// until it is closed, in the epoll set of the worker's own Asio reactor,
+// with levee's own event mask (EPOLLIN | EPOLLOUT | EPOLLRDHUP, edge
+// triggered) and levee's own operation as its epoll data. When Asio's
+// epoll_wait reports the socket, Asio queues that operation with the events
+// as it queues its own sockets' (it reads nothing of it but the completion
+// function and the events field they share), and its completion marks the
+// socket and wakes whoever waits for it, in the same pass. The costs: one
+// epoll_ctl per connection (when it is made, or a client's kept open), and
+// no system call of its own per pass: Asio's one epoll_wait serves both.
+// Without it a kept-alive request costs a receive that finds nothing or an
+// epoll re-arm (Asio's readiness wait) on each side
+// (tests/integration/test_syscalls.py).
 //
-// The set waits in Asio's reactor as a receive does, not as async_wait()
-// does: the drain is the operation's "receive", tried at once only when
-// Asio has seen the set become ready since it was last found empty, and
-// otherwise left queued until epoll says so. Asio's readiness wait would
-// re-register the set (EPOLL_CTL_MOD) on every pass instead. This uses
-// Asio's reactor interface (boost/asio/detail), as its own sockets do.
+// An earlier version kept the sockets in an epoll set of its own, nested in
+// Asio's: every arrival then ran two wake-up callbacks in the sender's time,
+// and each pass of the event loop made a second epoll_wait (the set's).
+// This uses Asio's reactor internals (boost/asio/detail): its epoll
+// descriptor, its scheduler's operation type and its work count. The Asio
+// versions whose reactor this was checked against are asserted in
+// readiness.cpp; another fails to compile rather than misbehave.
 //
 // The rules the marks follow (Stream applies them):
-//   - A socket is marked readable when a drain reports it, and when it is
+//   - A socket is marked readable when epoll reports it, and when it is
 //     first watched (nothing is known yet).
 //   - A close or an error (EPOLLRDHUP, EPOLLHUP, EPOLLERR) keeps the mark
 //     for good.
 //   - Only a receive that emptied the socket (it returned less than asked,
 //     or EAGAIN), or a peek that found it empty, clears the mark. Bytes that
-//     arrive afterwards make a new edge, which a later drain reports.
+//     arrive afterwards make a new edge, which epoll reports.
 //   - So "not readable" means: nothing arrived since the socket was last
-//     emptied, as of the event loop's last look at the set. What arrived
+//     emptied, as of the event loop's last look at epoll. What arrived
 //     since that look is not known (HAProxy and nginx know no more); a
 //     caller that needs the present (a request that must not be sent into a
 //     closed connection) still peeks.
 //
-// A watched socket is the set's alone: Stream hands it out of Asio's reactor
-// (Asio registers every socket it opens in its own epoll, so each arrival
-// would otherwise wake two sets: a second wake-up callback, run in the
-// sender's time, and a second event for Asio's loop to sort). So the set
+// A watched socket is the set's alone: Stream takes it out of Asio's socket
+// (which removes Asio's own registration) before watching it. So the set
 // also says when a socket that was full can take more (EPOLLOUT, which
 // the kernel reports only after a send found it full), and waits for a
 // peer's close as well as for data.
@@ -52,15 +53,17 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/detail/reactor.hpp>
 
 #include <cstdint>
 #include <deque>
 #include <utility>
+#include <vector>
 
 #include "proxy/asio.hpp"
 
-struct epoll_event;
+namespace boost::asio::detail {
+class scheduler;
+}
 
 namespace levee::proxy {
 
@@ -71,13 +74,15 @@ class Readiness {
   Readiness(const Readiness&) = delete;
   Readiness& operator=(const Readiness&) = delete;
 
-  /// Starts watching fd for `owner` (marked readable). False when it
-  /// cannot be watched (the set could not be made, or epoll refused):
-  /// the caller then does without.
+  /// Starts watching fd for `owner` (marked readable). fd must not be in
+  /// Asio's reactor (an Asio socket's descriptor is: release it first).
+  /// False when it cannot be watched (epoll refused): the caller then does
+  /// without.
   bool watch(int fd, const void* owner) noexcept;
   /// Stops: a waiter is woken with operation_aborted. Only `owner`'s
-  /// watch ends (false: fd was not owner's) (the descriptor may have been closed and reused). Before
-  /// the descriptor is closed; the kernel drops it from the set on close.
+  /// watch ends (false: fd was not owner's: the descriptor may have been
+  /// closed and reused). Just before the descriptor is closed, in the same
+  /// handler: the kernel drops it from epoll on close.
   bool forget(int fd, const void* owner) noexcept;
   /// forget(), and the descriptor leaves the set now: it stays open and
   /// goes elsewhere (back to Asio's reactor).
@@ -126,42 +131,38 @@ class Readiness {
     return async_wait(fd, Want::Read, std::forward<Token>(token));
   }
   void cancel(int fd) noexcept;
-  /// Before the io_context goes (the set's descriptor is registered with
-  /// its reactor): stops draining and releases what waits
-  /// (the coroutines are then destroyed with the io_context's queue), while
-  /// everything they reference is alive.
+  /// Before the io_context goes: takes every watched socket out of epoll
+  /// and releases what waits (the coroutines are then destroyed with the
+  /// io_context's queue), while everything they reference is alive.
   void shutdown() noexcept;
 
   std::size_t watched() const noexcept { return watched_; }
 
  private:
+  struct Watch;  ///< a watched socket's operation in Asio's reactor (readiness.cpp)
+  struct Pool;   ///< where an io_context's Watches live (readiness.cpp)
   struct Slot {
     const void* owner = nullptr;
+    Watch* watch = nullptr;  ///< while watched: its registration's epoll data
     bool readable = false;
     bool hup = false;     ///< the peer closed, or the socket failed: for good
     bool failed = false;  ///< reset or failed (no EPOLLRDHUP): sends fail too
     asio::any_completion_handler<void(error_code)> waiter[3];  ///< by Want
   };
   using Handler = asio::any_completion_handler<void(error_code)>;
-  struct Drain;  ///< the set's standing operation in Asio's reactor (readiness.cpp)
 
   void start_wait(int fd, Want want, Handler h);
   void wake(Handler& w, error_code ec);
   void wake_all(Slot& s, error_code ec);
-  void arm();
-  /// Marks and wakes for n events a drain collected.
-  void deliver(const epoll_event* events, int n) noexcept;
+  /// Marks fd and wakes its waiters for the events epoll reported to w.
+  void deliver(Watch* w, std::uint32_t events) noexcept;
+  /// Ends fd's watch: its Watch waits for any completion Asio queued.
+  void retire(Slot& s) noexcept;
 
   Executor ex_;
-  int epfd_ = -1;
-  asio::detail::reactor* reactor_ = nullptr;
-  asio::detail::reactor::per_descriptor_data set_{};  ///< epfd_ as Asio's reactor knows it
-  /// Allocated once. While armed_, Asio's reactor holds it (a shutdown
-  /// then leaves it to free itself when Asio completes or destroys it);
-  /// while its completion runs, delivering_ is set and it is still ours.
-  Drain* drain_ = nullptr;
-  bool armed_ = false;
-  bool delivering_ = false;
+  int epfd_ = -1;  ///< Asio's reactor's epoll descriptor; -1 once shut down
+  asio::detail::scheduler* sched_ = nullptr;  ///< its work count: held while anything is watched
+  Pool* pool_ = nullptr;
   /// By descriptor number. A deque: growing it never moves a Slot (Asio
   /// 1.81's any_completion_handler may be move-constructed, but its
   /// assignment and its copy wrap the handler in itself, without end).

@@ -56,17 +56,17 @@ Stream::~Stream() {
 
 void Stream::watch(Readiness& r) noexcept {
   if (ssl_ || rd_ || !sock_.is_open()) return;
-  const int fd = sock_.native_handle();
-  if (!r.watch(fd, this)) return;  // not watched: Asio's socket as before
-  // Out of Asio's reactor (its epoll_ctl DEL); the descriptor stays open.
+  // Out of Asio's socket first (its epoll_ctl DEL; the descriptor stays
+  // open): the set registers it in the same epoll, its own way.
   error_code ec;
-  const int own = sock_.release(ec);
-  if (ec || own != fd) {
-    r.forget(fd, this);
+  const int fd = sock_.release(ec);
+  if (ec || fd < 0) return;
+  fd_ = fd;
+  if (r.watch(fd, this)) {
+    rd_ = &r;
     return;
   }
-  fd_ = own;
-  rd_ = &r;
+  to_asio();  // not watched: Asio's socket as before
 }
 
 void Stream::to_asio() noexcept {
