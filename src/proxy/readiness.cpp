@@ -16,8 +16,11 @@
 #include <utility>
 
 // What this file relies on in Asio's epoll reactor (boost/asio/detail/impl/
-// epoll_reactor.ipp, epoll_reactor::run()), checked against Asio 1.26
-// (Boost 1.81, Debian 12) and 1.28 (Boost 1.83, Debian 13, Ubuntu 24.04):
+// epoll_reactor.ipp, epoll_reactor::run(), and detail/impl/scheduler.ipp).
+// run() is the same text in Asio 1.26.0 (Boost 1.81, Debian 12), 1.28.1
+// (Boost 1.83, Debian 13, Ubuntu 24.04), 1.30.2 and 1.34.2, and the
+// scheduler's is the same in 1.26.0 to 1.30.2 (read in Asio's repository);
+// the assertion below admits 1.26 to 1.30:
 //   - for every event whose data.ptr is neither its interrupter nor its
 //     timerfd, it casts the pointer to its descriptor_state, stores the
 //     events in the operation's task_result_ (set_ready_events, or
@@ -31,11 +34,13 @@
 //     start one compensates (as descriptor_state's does when no I/O
 //     operation completed), or the io_context would run out of work.
 //   - it queues the reactor's next pass behind every operation of this one,
-//     so a Watch is never queued twice.
+//     and a handler posted from a handler behind that, so a Watch is never
+//     queued twice, and a handler posted while a completion is queued runs
+//     after it.
 //   - an io_context that goes with operations queued destroys them: the
 //     completion function is called with a null owner.
-static_assert(BOOST_ASIO_VERSION >= 102600 && BOOST_ASIO_VERSION < 103000,
-              "proxy/readiness.cpp relies on Asio's epoll reactor as of 1.26-1.28: check it against this version");
+static_assert(BOOST_ASIO_VERSION >= 102600 && BOOST_ASIO_VERSION < 103100,
+              "proxy/readiness.cpp relies on Asio's epoll reactor as of 1.26-1.30: check it against this version");
 static_assert(std::is_same_v<boost::asio::detail::reactor, boost::asio::detail::epoll_reactor>,
               "the readiness set needs Asio's epoll reactor");
 
@@ -156,8 +161,12 @@ bool Readiness::watch(int fd, const void* owner) noexcept {
   if (i >= slots_.size()) slots_.resize(i + 1);
   Slot& s = slots_[i];
   if (s.owner) {
-    // A watch whose descriptor was closed without forget(): its number is
-    // reused. Whoever waited is told the watch ended.
+    // A watch that was never ended: its descriptor was closed without
+    // forget() (its number is reused), or this one is watched twice. Out
+    // of epoll first, if it is still there, so no event reaches the Watch
+    // after it is retired. Whoever waited is told the watch ended.
+    epoll_event none{};
+    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, &none);
     wake_all(s, asio::error::operation_aborted);
     retire(s);
   }
@@ -187,7 +196,14 @@ void Readiness::retire(Slot& s) noexcept {
   s.owner = nullptr;
   s.readable = s.hup = s.failed = false;
   if (Watch* w = std::exchange(s.watch, nullptr)) pool_->retire(w, ex_);
-  if (--watched_ == 0) sched_->work_finished();
+  if (--watched_ == 0) {
+    // The set's unit of work ends behind what is queued now. Not at once:
+    // inside a Watch's completion (a waiter closing the last socket) the
+    // scheduler does not count that completion as work until it returns,
+    // so the count would reach zero and stop the io_context with the
+    // wake-ups just posted, and the completions queued behind, unrun.
+    asio::post(ex_, [sched = sched_] { sched->work_finished(); });
+  }
 }
 
 bool Readiness::forget(int fd, const void* owner) noexcept {

@@ -81,8 +81,9 @@ class Readiness {
   bool watch(int fd, const void* owner) noexcept;
   /// Stops: a waiter is woken with operation_aborted. Only `owner`'s
   /// watch ends (false: fd was not owner's: the descriptor may have been
-  /// closed and reused). Just before the descriptor is closed, in the same
-  /// handler: the kernel drops it from epoll on close.
+  /// closed and reused). Only just before the descriptor is closed, in the
+  /// same handler (the kernel drops it from epoll on close); one that stays
+  /// open is release()d, or a later event could reach another socket.
   bool forget(int fd, const void* owner) noexcept;
   /// forget(), and the descriptor leaves the set now: it stays open and
   /// goes elsewhere (back to Asio's reactor).
