@@ -131,26 +131,27 @@ std::uint32_t ConcurrencyLimit::comparable_samples() const noexcept {
   return n;
 }
 
-double ConcurrencyLimit::window_ratio() const noexcept {
+double ConcurrencyLimit::window_ratio(bool noload) const noexcept {
   const double tol = to_seconds(cfg_.adaptive_cfg.rtt_tolerance);
+  const auto base = [&](double x) { return noload ? x + tol : tol; };
   double rtt = 0;
   double floor = 0;
   if (measured_ == 0) {
     // No kind measured on its own (before the first probe, or every
     // request of kind 0): all of them against the mean of all.
     rtt = sum(kind_rtt_);
-    floor = samples_ * (noload_ + tol);
+    floor = samples_ * base(noload_);
   } else {
     // Kind 0 against the mean of all; the others against their own, and
     // only those a probe measured: a kind the halved limit never admitted
     // (the lowest lane, under load) has nothing to compare with, while a
     // queue inside the backend delays every kind and shows in the others.
     rtt = kind_rtt_[0];
-    floor = kind_samples_[0] * (noload_ + tol);
+    floor = kind_samples_[0] * base(noload_);
     for (std::uint32_t k = 1; k < kKinds; ++k) {
       if (!((measured_ >> k) & 1u)) continue;
       rtt += kind_rtt_[k];
-      floor += kind_samples_[k] * (kind_noload_[k] + tol);
+      floor += kind_samples_[k] * base(kind_noload_[k]);
     }
   }
   return floor > 0 && std::isfinite(floor) ? rtt / floor : 0.0;
@@ -166,7 +167,11 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   // The window's latency over what the same requests take with no queue:
   // each kind against its own no-load latency, so that a window and a
   // probe that admitted other kinds in other proportions still compare.
-  const double ratio = window_ratio();  // 0: nothing comparable (hold)
+  const double ratio = window_ratio(true);  // 0: nothing comparable (hold)
+  // Within the tolerance whatever the no-load latency is: no probe could
+  // make this window read as a queue.
+  const double within = window_ratio(false);
+  const bool below_tolerance = within > 0 && within <= 1.0;
   const std::uint32_t used = max_inflight_;
   const std::uint32_t drops = drops_;
   reset_window(now);
@@ -202,7 +207,11 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   limit_ = static_cast<std::uint32_t>(
       std::clamp(std::round(next), static_cast<double>(a.min), static_cast<double>(a.max)));
 
-  if (now - last_probe_ >= a.probe_interval) start_probe(now);
+  // A probe is due. While the latency stays within the tolerance it is put
+  // off, window by window: it would halve the limit and queue requests to
+  // learn a no-load latency that changes no decision. The first window
+  // above the tolerance starts it.
+  if (now - last_probe_ >= a.probe_interval && !below_tolerance) start_probe(now);
 }
 
 }  // namespace levee::core
