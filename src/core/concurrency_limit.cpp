@@ -169,9 +169,26 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   // probe that admitted other kinds in other proportions still compare.
   const double ratio = window_ratio(true);  // 0: nothing comparable (hold)
   // Within the tolerance whatever the no-load latency is: no probe could
-  // make this window read as a queue.
+  // make this window read as a queue. Only when every request in it can be
+  // compared (a kind no probe measured becomes comparable only by a probe).
   const double within = window_ratio(false);
-  const bool below_tolerance = within > 0 && within <= 1.0;
+  const bool below_tolerance = within > 0 && within <= 1.0 && comparable_samples() == samples_;
+  if (below_tolerance && now - last_probe_ >= a.probe_interval) {
+    // A probe is due, and it would halve the limit and queue requests to
+    // learn a no-load latency that changes no decision here. This window
+    // stands in for it: its latency has at most the tolerance of queue in
+    // it, as the halved limit's would, and refreshes the estimates later
+    // windows above the tolerance are read against. (Kept stale, an
+    // estimate from a slower past would hide a queue once latency rose;
+    // and a probe that started the moment it rose would measure the queue
+    // itself while the limit is still far above the backend's size.)
+    noload_ = probed_ ? 0.5 * noload_ + 0.5 * avg : avg;
+    probed_ = true;
+    last_probe_ = now;  // the next is due a probe_interval from here
+    for (std::uint32_t k = 1; k < kKinds; ++k)
+      if (((measured_ >> k) & 1u) && kind_samples_[k] >= kKindMinSamples)
+        kind_noload_[k] = 0.5 * kind_noload_[k] + 0.5 * kind_rtt_[k] / kind_samples_[k];
+  }
   const std::uint32_t used = max_inflight_;
   const std::uint32_t drops = drops_;
   reset_window(now);
@@ -207,10 +224,8 @@ void ConcurrencyLimit::end_window(TimePoint now) noexcept {
   limit_ = static_cast<std::uint32_t>(
       std::clamp(std::round(next), static_cast<double>(a.min), static_cast<double>(a.max)));
 
-  // A probe is due. While the latency stays within the tolerance it is put
-  // off, window by window: it would halve the limit and queue requests to
-  // learn a no-load latency that changes no decision. The first window
-  // above the tolerance starts it.
+  // A probe is due, and the window above did not stand in for it: its
+  // latency is above the tolerance (or not all of it comparable).
   if (now - last_probe_ >= a.probe_interval && !below_tolerance) start_probe(now);
 }
 

@@ -27,11 +27,17 @@
 // which drains the backend's own queue, and the mean latency of the
 // requests started during the probe is the no-load latency (the idea of
 // BBR's ProbeRTT; about 1% of capacity at the defaults). A probe that is
-// due waits while the windows' latency stays within the tolerance: the
+// due waits while the windows' latency stays within the tolerance (and
+// every request in them has a no-load latency to compare with): the
 // ratio is then at most 1 whatever the no-load latency, so a probe would
-// change no decision, and it would queue requests (live, against a
-// backend answering in microseconds, 1.3-1.9% of all requests waited in
-// the queue, a quarter of a millisecond on average: where a p99 sits). The probe waits
+// change no decision. Such a window stands in for the probe instead: it
+// refreshes the no-load latencies as the probe would have (it holds at
+// most the tolerance of queue), and the next probe is due a
+// probe_interval later, so that they are never staler than with probes.
+// The probe
+// would queue requests (live, against a backend answering in
+// microseconds, 1.3-1.9% of all requests waited in the queue, a quarter
+// of a millisecond on average: where a p99 sits). The probe waits
 // for every request it started to complete: closing it on a sample count
 // would over-represent short requests and bias the estimate low. Which
 // requests those are is told, not inferred: on_start() returns a tag that

@@ -219,7 +219,7 @@ std::pair<int, int> probes_against(int workers, Duration service) {
 }  // namespace
 
 TEST_CASE("a backend answering within the tolerance is never probed, one above it is", "[limit][sim]") {
-  // 50 clients on a backend of 64 workers answering in 0.3 ms: the latency
+  // 64 clients on a backend of 64 workers answering in 0.3 ms: the latency
   // is within the 1 ms tolerance whatever the no-load latency, so no probe
   // could change a decision; each would halve the limit and hold requests
   // back (live, 1.9% of all requests waited in the queue).
@@ -232,6 +232,46 @@ TEST_CASE("a backend answering within the tolerance is never probed, one above i
   INFO("slow: probes " << slow_probes << ", requests held back " << slow_held);
   CHECK(slow_probes >= 5);
   CHECK(slow_held > 0);
+}
+
+TEST_CASE("a probe put off for long leaves no stale no-load latency behind", "[limit][sim]") {
+  // 50 clients on 64 workers at 20 ms (probed: the no-load latency is 20
+  // ms), then at 0.3 ms for 30 s (probes put off), then the backend loses
+  // capacity (10 workers at 5 ms) under unbounded demand. Kept from the
+  // slow past, the estimate would read the new queue as a small one and
+  // cut the limit slowly; the windows that stood in for the probes
+  // brought it down as the probes would have (blended, 2.8 ms), and the
+  // limit reaches the backend's size within 5 s.
+  ConcurrencyLimit lim(adaptive(5));
+  SimClock clk;
+  int probes = 0;
+  bool was_probing = false;
+  auto drive = [&](int workers, Duration service, std::uint32_t clients, Duration total) {
+    BackendModel be(workers, [service] { return service; });
+    std::uint32_t inflight = 0;
+    const TimePoint end = clk.now + total;
+    while (clk.now < end) {
+      while (inflight < clients && inflight < lim.limit()) {
+        ++inflight;
+        be.submit(clk.now, inflight, lim.on_start(clk.now));
+      }
+      auto d = be.next();
+      clk.now = d.at;
+      --inflight;
+      lim.on_sample(clk.now, d.at - d.sent, d.inflight_at_start, false, d.tag);
+      if (lim.probing() && !was_probing) ++probes;
+      was_probing = lim.probing();
+    }
+  };
+  drive(64, std::chrono::milliseconds(20), 50, 30s);
+  REQUIRE(probes >= 2);
+  const int slow_probes = probes;
+  drive(64, std::chrono::microseconds(300), 50, 30s);
+  CHECK(probes == slow_probes);  // put off throughout
+  INFO("limit before the loss " << lim.base_limit());
+  drive(10, std::chrono::milliseconds(5), 1000000, 5s);
+  INFO("limit 5 s after the loss " << lim.base_limit());
+  CHECK(lim.base_limit() <= 18);  // 1.4 x 10 + 4, as the capacity tests allow
 }
 
 namespace {
