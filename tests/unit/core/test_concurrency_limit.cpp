@@ -85,29 +85,57 @@ TEST_CASE("adaptive limit copes with variable service times", "[limit][sim]") {
   CHECK(r.min_limit_late >= 20);  // never starves the backend outside probes
 }
 
+namespace {
+
+/// `clients` clients (each sending again as its answer comes; a huge
+/// number is unbounded demand) on `workers` at `service` each, from
+/// clk.now for `total`; samples cover the whole service time. A new
+/// backend: what was in flight at the last one is gone. `seen(inflight)`
+/// runs after each round of sends, before the next answer.
+template <typename Seen>
+void drive(ConcurrencyLimit& lim, SimClock& clk, int workers, Duration service, std::uint32_t clients,
+           Duration total, Seen seen) {
+  BackendModel be(workers, [service] { return service; });
+  std::uint32_t inflight = 0;
+  const TimePoint end = clk.now + total;
+  while (clk.now < end) {
+    while (inflight < clients && inflight < lim.limit()) {
+      ++inflight;
+      be.submit(clk.now, inflight, lim.on_start(clk.now));
+    }
+    seen(inflight);
+    auto d = be.next();
+    clk.now = d.at;
+    --inflight;
+    lim.on_sample(clk.now, d.at - d.sent, d.inflight_at_start, false, d.tag);
+  }
+}
+void drive(ConcurrencyLimit& lim, SimClock& clk, int workers, Duration service, std::uint32_t clients,
+           Duration total) {
+  drive(lim, clk, workers, service, clients, total, [](std::uint32_t) {});
+}
+constexpr std::uint32_t kUnbounded = 1000000;
+
+/// Counts the probes that begin, seen between answers.
+struct ProbeCount {
+  int probes = 0;
+  bool was = false;
+  void see(const ConcurrencyLimit& lim) {
+    if (lim.probing() && !was) ++probes;
+    was = lim.probing();
+  }
+};
+
+}  // namespace
+
 TEST_CASE("adaptive limit follows a backend that loses capacity", "[limit][sim]") {
   ConcurrencyLimitConfig cfg = adaptive();
   ConcurrencyLimit lim(cfg);
   SimClock clk;
   // Phase 1: 40 workers x 10 ms. Phase 2: latency grows as if only 10 workers remain.
-  auto drive = [&](int workers, Duration total) {
-    BackendModel be(workers, [] { return Duration(10ms); });
-    std::uint32_t inflight = 0;
-    TimePoint end = clk.now + total;
-    while (clk.now < end) {
-      while (inflight < lim.limit()) {
-        ++inflight;
-        be.submit(clk.now, inflight, lim.on_start(clk.now));
-      }
-      auto d = be.next();
-      clk.now = d.at;
-      --inflight;
-      lim.on_sample(clk.now, d.at - d.sent, d.inflight_at_start, false, d.tag);
-    }
-  };
-  drive(40, 30s);
+  drive(lim, clk, 40, 10ms, kUnbounded, 30s);
   CHECK(lim.base_limit() >= 40);
-  drive(10, 30s);
+  drive(lim, clk, 10, 10ms, kUnbounded, 30s);
   CHECK(lim.base_limit() >= 10);
   CHECK(lim.base_limit() <= 18);
 }
@@ -189,31 +217,20 @@ TEST_CASE("a probe does not wait for requests that came back without a sample", 
 
 namespace {
 
-// Saturating demand on `workers` at `service` each, 60 s: how many probes
+// `workers` clients on `workers` at `service` each, 60 s: how many probes
 // began, and how many requests found the limit full while one ran (a
-// proxy queues them). Latency samples cover the whole service time.
+// proxy queues them).
 std::pair<int, int> probes_against(int workers, Duration service) {
   ConcurrencyLimit lim(adaptive(5));
-  BackendModel be(workers, [service] { return service; });
   SimClock clk;
-  std::uint32_t inflight = 0;
-  int probes = 0, held_back = 0;
-  bool was_probing = false;
-  while (clk.now < TimePoint{60s}) {
-    // The demand: `workers` clients, each sending again as its answer comes.
-    while (inflight < static_cast<std::uint32_t>(workers) && inflight < lim.limit()) {
-      ++inflight;
-      be.submit(clk.now, inflight, lim.on_start(clk.now));
-    }
-    if (lim.probing() && inflight < static_cast<std::uint32_t>(workers)) held_back += static_cast<int>(workers - inflight);
-    auto d = be.next();
-    clk.now = d.at;
-    --inflight;
-    lim.on_sample(clk.now, d.at - d.sent, d.inflight_at_start, false, d.tag);
-    if (lim.probing() && !was_probing) ++probes;
-    was_probing = lim.probing();
-  }
-  return {probes, held_back};
+  ProbeCount count;
+  int held_back = 0;
+  const auto clients = static_cast<std::uint32_t>(workers);
+  drive(lim, clk, workers, service, clients, 60s, [&](std::uint32_t inflight) {
+    count.see(lim);
+    if (lim.probing()) held_back += static_cast<int>(clients - inflight);
+  });
+  return {count.probes, held_back};
 }
 
 }  // namespace
@@ -244,32 +261,15 @@ TEST_CASE("a probe put off for long leaves no stale no-load latency behind", "[l
   // limit reaches the backend's size within 5 s.
   ConcurrencyLimit lim(adaptive(5));
   SimClock clk;
-  int probes = 0;
-  bool was_probing = false;
-  auto drive = [&](int workers, Duration service, std::uint32_t clients, Duration total) {
-    BackendModel be(workers, [service] { return service; });
-    std::uint32_t inflight = 0;
-    const TimePoint end = clk.now + total;
-    while (clk.now < end) {
-      while (inflight < clients && inflight < lim.limit()) {
-        ++inflight;
-        be.submit(clk.now, inflight, lim.on_start(clk.now));
-      }
-      auto d = be.next();
-      clk.now = d.at;
-      --inflight;
-      lim.on_sample(clk.now, d.at - d.sent, d.inflight_at_start, false, d.tag);
-      if (lim.probing() && !was_probing) ++probes;
-      was_probing = lim.probing();
-    }
-  };
-  drive(64, std::chrono::milliseconds(20), 50, 30s);
-  REQUIRE(probes >= 2);
-  const int slow_probes = probes;
-  drive(64, std::chrono::microseconds(300), 50, 30s);
-  CHECK(probes == slow_probes);  // put off throughout
+  ProbeCount count;
+  const auto see = [&](std::uint32_t) { count.see(lim); };
+  drive(lim, clk, 64, 20ms, 50, 30s, see);
+  REQUIRE(count.probes >= 2);
+  const int slow_probes = count.probes;
+  drive(lim, clk, 64, std::chrono::microseconds(300), 50, 30s, see);
+  CHECK(count.probes == slow_probes);  // put off throughout
   INFO("limit before the loss " << lim.base_limit());
-  drive(10, std::chrono::milliseconds(5), 1000000, 5s);
+  drive(lim, clk, 10, 5ms, kUnbounded, 5s);
   INFO("limit 5 s after the loss " << lim.base_limit());
   CHECK(lim.base_limit() <= 18);  // 1.4 x 10 + 4, as the capacity tests allow
 }
